@@ -1,0 +1,12 @@
+"""Dense voxel feature grids for PyTorch: fused trilinear operators (CPU and CUDA) and a
+`VoxelGrid` module.
+
+    >>> import grid
+    >>> grid.sample(features, points)  # features: [X, Y, Z, F], points: [..., 3] -> [..., F]
+"""
+
+from . import reference
+from .ops import sample, trilinear
+
+__all__ = ["sample", "trilinear", "reference"]
+__version__ = "0.1.0"

@@ -1,0 +1,83 @@
+"""Loads the native operators: the installed `grid._C`, or a JIT build of `csrc/`.
+
+There is no pure-Python fallback. If the extension is missing and cannot be
+compiled, importing `grid` fails with the compiler's output.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+_ROOT = Path(__file__).resolve().parent.parent
+_CSRC = _ROOT / "csrc"
+
+#: How the native ops were obtained: "installed" (grid._C) or "jit" (built on first use).
+source = ""
+#: Whether the loaded build contains the CUDA kernels.
+has_cuda_kernels = False
+
+
+def cuda_wanted() -> bool:
+    """Build CUDA kernels when torch has CUDA, unless GRID_NO_CUDA=1 turns them off."""
+    if os.environ.get("GRID_NO_CUDA", "0") not in ("", "0"):
+        return False
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return torch.version.cuda is not None and CUDA_HOME is not None
+
+
+def sources(with_cuda: bool) -> list[str]:
+    """The C++ (and, with CUDA, .cu) files that make up grid._C."""
+    files = [_CSRC / "ops.cpp", *sorted((_CSRC / "cpu").glob("*.cpp"))]
+    if with_cuda:
+        files += sorted((_CSRC / "cuda").glob("*.cu"))
+    return [str(f) for f in files]
+
+
+CXX_FLAGS = ["-O3", "-std=c++17"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-lineinfo"]
+
+
+def _jit_build() -> None:
+    from torch.utils.cpp_extension import load
+
+    with_cuda = cuda_wanted()
+    if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    kind = "CPU+CUDA" if with_cuda else "CPU"
+    print(
+        f"grid: compiling the native {kind} ops from {_CSRC} (first use only; cached)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    load(
+        name="grid_C_cuda" if with_cuda else "grid_C_cpu",
+        sources=sources(with_cuda),
+        extra_include_paths=[str(_CSRC)],
+        extra_cflags=CXX_FLAGS,
+        extra_cuda_cflags=NVCC_FLAGS,
+        is_python_module=False,
+        verbose=os.environ.get("GRID_VERBOSE_BUILD", "0") not in ("", "0"),
+    )
+
+
+def load() -> None:
+    """Register the `torch.ops.grid.*` operators (idempotent)."""
+    global source, has_cuda_kernels
+    if source:
+        return
+    if importlib.util.find_spec("grid._C") is not None:
+        # An installed build that fails to load is an error, not a reason to rebuild.
+        import grid._C  # noqa: F401
+
+        source = "installed"
+    else:
+        _jit_build()
+        source = "jit"
+    has_cuda_kernels = torch._C._dispatch_has_kernel_for_dispatch_key("grid::sample", "CUDA")
