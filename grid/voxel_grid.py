@@ -1,0 +1,296 @@
+"""`VoxelGrid`: a learnable dense feature grid over a world-space box, as an `nn.Module`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .ops import sample
+
+INITS = ("zeros", "normal", "uniform")
+PADDINGS = ("zeros", "border")
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _resolution(value: int | Sequence[int], name: str = "resolution") -> tuple[int, int, int]:
+    """An int or a sequence of three ints, each >= 2 -> (X, Y, Z)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value, value)
+    if (
+        not isinstance(value, Sequence)
+        or len(value) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        raise ValueError(
+            f"{name}: expected an int or a sequence of 3 ints (X, Y, Z), got {value!r}"
+        )
+    if min(value) < 2:
+        raise ValueError(
+            f"{name}: expected every size >= 2 (voxels sit on the box corners, so an axis "
+            f"needs two), got {tuple(value)}"
+        )
+    return (value[0], value[1], value[2])
+
+
+def _bounds(value) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """((xmin, ymin, zmin), (xmax, ymax, zmax)) of finite numbers with min < max."""
+    try:
+        lo, hi = (tuple(float(v) for v in corner) for corner in value)
+        ok = len(lo) == 3 and len(hi) == 3
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"bounds: expected ((xmin, ymin, zmin), (xmax, ymax, zmax)), got {value!r}"
+        )
+    if not all(math.isfinite(v) for v in lo + hi):
+        raise ValueError(f"bounds: expected finite numbers, got {value!r}")
+    bad = [axis for axis, a, b in zip("xyz", lo, hi, strict=True) if not a < b]
+    if bad:
+        raise ValueError(
+            f"bounds: expected min < max on every axis, got min={lo}, max={hi} "
+            f"(axis {', '.join(bad)})"
+        )
+    return lo, hi
+
+
+class VoxelGrid(nn.Module):
+    """A learnable `[X, Y, Z, F]` feature grid over an axis-aligned world-space box.
+
+    `forward` maps world points `[..., 3]` to trilinearly interpolated features
+    `[..., F]` through the fused `grid.sample` operator. Voxel centres span the
+    box exactly (align_corners=True): voxel `(0, 0, 0)` sits at `bounds[0]` and
+    voxel `(X-1, Y-1, Z-1)` at `bounds[1]`, so the spacing along x is
+    `(xmax - xmin) / (X - 1)`.
+
+    Args:
+        resolution: an int (a cube) or `(X, Y, Z)`; every size >= 2.
+        features: F, the number of channels per voxel (>= 1).
+        bounds: `((xmin, ymin, zmin), (xmax, ymax, zmax))` in world units, min < max.
+        init: "uniform" (U(-init_scale, init_scale), the default, as tiny-cuda-nn),
+            "normal" (N(0, init_scale^2)) or "zeros".
+        init_scale: the half-width (uniform) or standard deviation (normal) of the init.
+        padding: what points outside the box read: "zeros" (the default) or "border"
+            (the value at the nearest point of the box).
+        dtype: the feature storage dtype: float32 (default), float64, or float16 /
+            bfloat16 (half precision storage; coordinates stay float32).
+        device: where the features live.
+
+    Attributes:
+        features: `nn.Parameter` `[X, Y, Z, F]`, channels last.
+        bounds: buffer `[2, 3]` (min row, max row). It stays float32 (float64 for a
+            float64 grid) when the module is cast to half precision, so world-to-grid
+            mapping keeps its accuracy.
+    """
+
+    features: nn.Parameter
+    bounds: Tensor
+
+    def __init__(
+        self,
+        resolution: int | Sequence[int],
+        features: int,
+        bounds: Sequence[Sequence[float]] = ((-1.0, -1.0, -1.0), (1.0, 1.0, 1.0)),
+        *,
+        init: str = "uniform",
+        init_scale: float = 1e-4,
+        padding: str = "zeros",
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        size = _resolution(resolution)
+        if not isinstance(features, int) or isinstance(features, bool) or features < 1:
+            raise ValueError(f"features: expected an int >= 1, got {features!r}")
+        lo, hi = _bounds(bounds)
+        if init not in INITS:
+            raise ValueError(f"init: expected one of {', '.join(map(repr, INITS))}, got {init!r}")
+        if not isinstance(init_scale, int | float) or not init_scale >= 0:
+            raise ValueError(f"init_scale: expected a number >= 0, got {init_scale!r}")
+        if padding not in PADDINGS:
+            raise ValueError(
+                f"padding: expected one of {', '.join(map(repr, PADDINGS))}, got {padding!r}"
+            )
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(
+                f"dtype: expected a floating-point torch.dtype (float32, float64, float16, "
+                f"bfloat16), got {dtype!r}"
+            )
+        self.padding = padding
+        self.init = init
+        self.init_scale = float(init_scale)
+
+        data = torch.empty(*size, features, dtype=dtype, device=device)
+        self.features = nn.Parameter(data)
+        self.reset_parameters()
+        bounds_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        self.register_buffer("bounds", torch.tensor([lo, hi], dtype=bounds_dtype, device=device))
+
+    # ---- shape and description ------------------------------------------------------
+
+    @property
+    def resolution(self) -> tuple[int, int, int]:
+        """(X, Y, Z), the current number of voxels along each axis."""
+        x, y, z, _ = self.features.shape
+        return (x, y, z)
+
+    def get_out_dim(self) -> int:
+        """F, the size of the last dimension `forward` returns."""
+        return self.features.shape[3]
+
+    def extra_repr(self) -> str:
+        lo, hi = self.bounds.tolist()
+        fmt = ", ".join
+        return (
+            f"resolution={self.resolution}, features={self.get_out_dim()}, "
+            f"bounds=(({fmt(f'{v:g}' for v in lo)}), ({fmt(f'{v:g}' for v in hi)})), "
+            f"padding={self.padding!r}, dtype={self.features.dtype}"
+        )
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Re-draw the features with the init chosen at construction."""
+        if self.init == "zeros":
+            self.features.zero_()
+        elif self.init == "normal":
+            self.features.normal_(0.0, self.init_scale)
+        else:
+            self.features.uniform_(-self.init_scale, self.init_scale)
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype) / .half() cast every floating buffer; keep the box in float32
+        # so that, e.g., bounds of 0.3 do not become 0.2998 with a half precision grid.
+        bounds = self.bounds
+        super()._apply(fn, recurse)
+        if self.bounds.dtype in _HALF:
+            self.bounds = bounds.to(device=self.bounds.device, dtype=torch.float32)
+        return self
+
+    # ---- evaluation -------------------------------------------------------------------
+
+    def _coordinate_dtype(self) -> torch.dtype:
+        return torch.float64 if self.features.dtype == torch.float64 else torch.float32
+
+    def normalize(self, xyz: Tensor) -> Tensor:
+        """World points `[..., 3]` -> normalised grid coordinates `[..., 3]`, the box
+        mapped onto [-1, 1] (float32, or float64 for a float64 grid)."""
+        dtype = self._coordinate_dtype()
+        bounds = self.bounds.to(dtype)
+        lo, hi = bounds[0], bounds[1]
+        return (xyz.to(dtype) - lo) * (2.0 / (hi - lo)) - 1.0
+
+    def forward(self, xyz: Tensor) -> Tensor:
+        """Interpolate the features at world points.
+
+        Args:
+            xyz: `[..., 3]` world coordinates (x, y, z); any leading batch shape,
+                including none (`[3]`) and empty (`[0, 3]`).
+
+        Returns:
+            `[..., F]` in the dtype of the features. Points outside the box read
+            zeros (padding="zeros") or the nearest boundary value (padding="border").
+            Differentiable with respect to the features and to `xyz`.
+        """
+        if xyz.shape[-1:] != (3,):
+            raise ValueError(f"xyz: expected shape [..., 3], got {list(xyz.shape)}")
+        return sample(self.features, self.normalize(xyz), align_corners=True, padding=self.padding)
+
+    # ---- regularisation ---------------------------------------------------------------
+
+    def total_variation(self) -> Tensor:
+        """Smoothness penalty: the mean over the three axes of the mean squared
+        difference between neighbouring voxels along that axis (and over features).
+
+        Zero for a constant grid; differentiable; a float32 scalar (float64 for a
+        float64 grid). Not normalised by the voxel spacing, as in DirectVoxGO.
+        """
+        f = self.features.to(self._coordinate_dtype())
+        dx = (f[1:] - f[:-1]).square().mean()
+        dy = (f[:, 1:] - f[:, :-1]).square().mean()
+        dz = (f[:, :, 1:] - f[:, :, :-1]).square().mean()
+        return (dx + dy + dz) / 3
+
+    # ---- coarse to fine ---------------------------------------------------------------
+
+    @torch.no_grad()
+    def upsample(
+        self,
+        resolution: int | Sequence[int],
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        rescale_moments: bool = True,
+    ) -> None:
+        """Resample the grid to a finer resolution, keeping the represented function.
+
+        The features are resampled trilinearly at the new voxel positions (same box,
+        align_corners=True), so the new grid interpolates the old one: exact for a
+        field that is linear in each cell, and in general the new grid's `forward`
+        equals the old one's at every new voxel.
+
+        The `nn.Parameter` object stays the same (its data is swapped in place), so
+        every optimiser, hook or parameter list that holds it keeps pointing at the
+        live parameter; an optimiser that holds it but is not passed here fails
+        loudly at its next step (state shape mismatch) instead of silently
+        optimising a stale tensor, as a new Parameter would.
+
+        Args:
+            resolution: the new `(X, Y, Z)` (or an int); no axis may shrink.
+            optimizer: optional; its per-parameter state tensors shaped like the
+                features (Adam's `exp_avg`, `exp_avg_sq`, `max_exp_avg_sq`, SGD's
+                `momentum_buffer`, ...) are resampled the same way, so training goes
+                on without resetting the optimiser. Second-moment states (names
+                ending in `_sq`) stay non-negative: trilinear weights are convex.
+            rescale_moments: with uniformly sampled training points the gradient of
+                a voxel is proportional to the volume of its cell, which shrinks by
+                `r = old cells / new cells`. Scale first moments by `r` and second
+                moments (`*_sq`) by `r^2` so they match the gradients to come; Adam's
+                step direction m / sqrt(v) is unchanged. With False the moments are
+                only resampled and stay too large for a while after the resize,
+                which slows the fine stage (measured in train/: see README).
+        """
+        new = _resolution(resolution)
+        old = self.resolution
+        if any(n < o for n, o in zip(new, old, strict=True)):
+            raise ValueError(
+                f"resolution: expected no axis smaller than the current {old}, got {new}"
+            )
+        param = self.features
+        ratio = math.prod(o - 1 for o in old) / math.prod(n - 1 for n in new)
+
+        if optimizer is not None:
+            for group in optimizer.param_groups:
+                if any(p is param for p in group["params"]):
+                    break
+            else:
+                raise ValueError("optimizer: does not hold this grid's features parameter")
+            state = optimizer.state.get(param, {})
+            for key, value in state.items():
+                if not (isinstance(value, Tensor) and value.shape == param.shape):
+                    continue
+                second = key.endswith("_sq")
+                resized = _resample(value, new)
+                if second:
+                    resized.clamp_(min=0)
+                if rescale_moments:
+                    resized.mul_(ratio**2 if second else ratio)
+                state[key] = resized
+
+        param.data = _resample(param.data, new)
+        param.grad = None
+
+
+def _resample(features: Tensor, resolution: tuple[int, int, int]) -> Tensor:
+    """features: [X, Y, Z, F] -> [X', Y', Z', F], trilinear with align_corners=True.
+
+    Computed in float32 (float64 for float64), returned in the input dtype and
+    memory layout (channels last, contiguous).
+    """
+    dtype = torch.float64 if features.dtype == torch.float64 else torch.float32
+    volume = features.to(dtype).permute(3, 0, 1, 2).unsqueeze(0)  # [1, F, X, Y, Z]
+    out = F.interpolate(volume, size=resolution, mode="trilinear", align_corners=True)
+    return out[0].permute(1, 2, 3, 0).to(features.dtype).contiguous()

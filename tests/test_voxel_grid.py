@@ -1,0 +1,302 @@
+"""VoxelGrid: shapes, world-to-grid mapping, state, coarse-to-fine, regulariser, compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import grid
+from grid.voxel_grid import VoxelGrid
+
+# An off-centre, non-cubic box and a non-cubic resolution.
+LO = (-0.3, 1.0, 2.0)
+HI = (0.9, 1.5, 4.0)
+RES = (5, 7, 9)
+# Two linear functions of world coordinates: f_c(p) = A[c] . p + B[c].
+A = torch.tensor([[1.5, -2.0, 0.5], [-0.25, 3.0, 1.0]], dtype=torch.float64)
+B = torch.tensor([0.1, -0.7], dtype=torch.float64)
+
+
+def voxel_positions(g: VoxelGrid) -> torch.Tensor:
+    """World coordinates of every voxel: [X, Y, Z, 3]."""
+    lo, hi = g.bounds.double()
+    sizes = enumerate(g.resolution)
+    axes = [torch.linspace(lo[a], hi[a], n, dtype=torch.float64) for a, n in sizes]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+
+
+def linear_grid(dtype=torch.float64, resolution=RES) -> VoxelGrid:
+    g = VoxelGrid(resolution, 2, (LO, HI), init="zeros", dtype=dtype)
+    with torch.no_grad():
+        g.features.copy_(voxel_positions(g) @ A.T + B)
+    return g
+
+
+def random_inside(n: int, generator: torch.Generator) -> torch.Tensor:
+    lo, hi = torch.tensor(LO, dtype=torch.float64), torch.tensor(HI, dtype=torch.float64)
+    return lo + (hi - lo) * torch.rand(n, 3, generator=generator, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("batch", [(), (0,), (1,), (17,), (2, 3, 4), (0, 5), (3, 0, 2)])
+def test_forward_shapes(batch):
+    g = VoxelGrid(6, 4)
+    out = g(torch.rand(*batch, 3) * 2 - 1)
+    assert out.shape == (*batch, 4)
+    assert out.dtype == torch.float32
+    assert g.get_out_dim() == 4
+
+
+def test_forward_rejects_bad_point_shape():
+    with pytest.raises(ValueError, match=r"xyz: expected shape \[\.\.\., 3\]"):
+        VoxelGrid(4, 1)(torch.zeros(5, 2))
+
+
+def test_bounds_mapping_reproduces_linear_field():
+    g = linear_grid()
+    gen = torch.Generator().manual_seed(0)
+    pts = random_inside(1000, gen)
+    torch.testing.assert_close(g(pts), pts @ A.T + B, rtol=0, atol=1e-10)
+    # Box corners land exactly on the corner voxels.
+    corners = torch.tensor([LO, HI], dtype=torch.float64)
+    torch.testing.assert_close(g(corners), corners @ A.T + B)
+    assert torch.equal(g(corners), g.features[[0, -1], [0, -1], [0, -1]])
+
+
+def test_bounds_mapping_float32_points_and_grid():
+    g = linear_grid(torch.float32)
+    pts = random_inside(1000, torch.Generator().manual_seed(1)).float()
+    expected = (pts.double() @ A.T + B).float()
+    torch.testing.assert_close(g(pts), expected, rtol=0, atol=2e-5)
+
+
+def test_padding_outside_the_box():
+    pts = torch.tensor([[HI[0] + 0.5, 1.2, 3.0], [LO[0], LO[1] - 1.0, LO[2]]], dtype=torch.float64)
+    assert torch.equal(linear_grid()(pts), torch.zeros(2, 2, dtype=torch.float64))
+    border = linear_grid()
+    border.padding = "border"
+    lo, hi = torch.tensor(LO, dtype=torch.float64), torch.tensor(HI, dtype=torch.float64)
+    clamped = pts.clamp(lo, hi)
+    torch.testing.assert_close(border(pts), clamped @ A.T + B)
+
+
+def test_constructor_padding_border():
+    g = VoxelGrid(3, 1, padding="border", init="normal", init_scale=1.0)
+    far = torch.tensor([[5.0, 5.0, 5.0]])
+    assert torch.equal(g(far), g.features[-1, -1, -1][None])
+
+
+def test_gradients_reach_features_and_points():
+    g = linear_grid()
+    pts = random_inside(10, torch.Generator().manual_seed(2)).requires_grad_()
+    g(pts).sum().backward()
+    assert g.features.grad is not None and g.features.grad.abs().sum() > 0
+    # d/dp sum_c f_c(p) = sum_c A[c]
+    torch.testing.assert_close(pts.grad, A.sum(0).expand(10, 3))
+
+
+def test_state_dict_round_trip():
+    src = VoxelGrid((4, 5, 6), 3, (LO, HI), init="normal", init_scale=0.5)
+    state = src.state_dict()
+    assert set(state) == {"features", "bounds"}
+    dst = VoxelGrid((4, 5, 6), 3)  # default bounds: the buffer carries the box
+    dst.load_state_dict(state)
+    assert torch.equal(dst.features, src.features)
+    assert torch.equal(dst.bounds, src.bounds)
+    pts = random_inside(50, torch.Generator().manual_seed(3)).float()
+    assert torch.equal(dst(pts), src(pts))
+
+
+def test_to_dtype_keeps_bounds_precise():
+    g = VoxelGrid(4, 2, (LO, HI))
+    g.to(torch.bfloat16)
+    assert g.features.dtype == torch.bfloat16
+    assert g.bounds.dtype == torch.float32
+    assert torch.equal(g.bounds, torch.tensor([LO, HI], dtype=torch.float32))
+    g.double()
+    assert g.features.dtype == g.bounds.dtype == torch.float64
+
+
+def test_extra_repr():
+    text = repr(VoxelGrid((4, 5, 6), 3, (LO, HI), dtype=torch.float64))
+    for part in ["resolution=(4, 5, 6)", "features=3", "bounds=((-0.3, 1, 2), (0.9, 1.5, 4))"]:
+        assert part in text
+    assert "float64" in text and "padding='zeros'" in text
+
+
+def test_upsample_is_exact_for_a_linear_field():
+    g = linear_grid()
+    param = g.features
+    g.upsample((9, 13, 17))
+    assert g.features is param and g.resolution == (9, 13, 17)
+    torch.testing.assert_close(g.features, voxel_positions(g) @ A.T + B, rtol=0, atol=1e-12)
+    pts = random_inside(1000, torch.Generator().manual_seed(4))
+    torch.testing.assert_close(g(pts), pts @ A.T + B, rtol=0, atol=1e-12)
+
+
+def test_upsample_interpolates_the_old_grid():
+    g = VoxelGrid((4, 5, 6), 2, (LO, HI), init="normal", init_scale=1.0, dtype=torch.float64)
+    old = VoxelGrid((4, 5, 6), 2, (LO, HI), dtype=torch.float64)
+    old.load_state_dict(g.state_dict())
+    g.upsample((7, 13, 8))  # non-uniform factors, not all integer
+    torch.testing.assert_close(g.features, old(voxel_positions(g)))
+
+
+def test_upsample_rejects_shrinking():
+    g = VoxelGrid(8, 1)
+    with pytest.raises(ValueError, match=r"resolution: expected no axis smaller"):
+        g.upsample((16, 4, 16))
+
+
+def fit_steps(g: VoxelGrid, opt: torch.optim.Optimizer, steps: int, seed: int) -> list[float]:
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        pts = random_inside(256, gen).float()
+        target = (pts.double() @ A.T + B).float()
+        loss = (g(pts) - target).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_upsample_carries_adam_state(amsgrad):
+    g = VoxelGrid((4, 4, 4), 2, (LO, HI), init="zeros")
+    opt = torch.optim.Adam(g.parameters(), lr=0.05, amsgrad=amsgrad)
+    fit_steps(g, opt, 20, seed=5)
+    before = {k: v.clone() for k, v in opt.state[g.features].items()}
+    g.upsample((7, 8, 9), optimizer=opt)
+
+    assert opt.param_groups[0]["params"][0] is g.features
+    state = opt.state[g.features]
+    keys = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if amsgrad else [])
+    for key in keys:
+        assert state[key].shape == (7, 8, 9, 2)
+    for key in keys[1:]:
+        assert (state[key] >= 0).all()
+    assert torch.equal(state["step"], before["step"])
+    # Moments are rescaled by the cell-volume ratio; corners are copied exactly.
+    ratio = 27 / (6 * 7 * 8)
+    torch.testing.assert_close(state["exp_avg"][0, 0, 0], before["exp_avg"][0, 0, 0] * ratio)
+    torch.testing.assert_close(
+        state["exp_avg_sq"][-1, -1, -1], before["exp_avg_sq"][-1, -1, -1] * ratio**2
+    )
+
+    losses = fit_steps(g, opt, 60, seed=6)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-10:]) < sum(losses[:10])
+    assert opt.state[g.features]["exp_avg"].shape == (7, 8, 9, 2)
+    assert int(opt.state[g.features]["step"]) == 80
+
+
+def test_upsample_without_rescale_only_resamples():
+    g = VoxelGrid(3, 1, init="zeros")
+    opt = torch.optim.Adam(g.parameters(), lr=0.01)
+    g(torch.rand(64, 3) * 2 - 1).square().sum().backward()
+    g.features.grad.add_(1.0)
+    opt.step()
+    m = opt.state[g.features]["exp_avg"].clone()
+    g.upsample(5, optimizer=opt, rescale_moments=False)
+    assert torch.equal(opt.state[g.features]["exp_avg"][::2, ::2, ::2], m)
+
+
+def test_upsample_with_a_foreign_optimizer_is_refused():
+    g = VoxelGrid(3, 1)
+    other = torch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])
+    with pytest.raises(ValueError, match="optimizer: does not hold"):
+        g.upsample(5, optimizer=other)
+
+
+def test_total_variation():
+    g = VoxelGrid((4, 5, 6), 3, init="zeros")
+    with torch.no_grad():
+        g.features.fill_(2.5)
+    assert g.total_variation().item() == 0.0
+
+    g = VoxelGrid((4, 5, 6), 3, init="normal", init_scale=1.0)
+    tv = g.total_variation()
+    assert tv.ndim == 0 and tv.item() > 0
+    tv.backward()
+    assert g.features.grad is not None and g.features.grad.abs().sum() > 0
+
+    # Known value: a ramp along x with unit steps gives mean squares (1, 0, 0) / 3.
+    ramp = VoxelGrid((4, 2, 2), 1, init="zeros")
+    with torch.no_grad():
+        ramp.features.copy_(torch.arange(4.0).view(4, 1, 1, 1).expand(4, 2, 2, 1))
+    assert ramp.total_variation().item() == pytest.approx(1 / 3)
+
+
+BAD_ARGUMENTS = [
+    (dict(resolution=0), "resolution"),
+    (dict(resolution=-4), "resolution"),
+    (dict(resolution=(8, 8)), "resolution"),
+    (dict(resolution=(8, 1, 8)), "resolution"),
+    (dict(resolution=8.0), "resolution"),
+    (dict(features=0), "features"),
+    (dict(features=2.5), "features"),
+    (dict(bounds=((0, 0, 0), (1, 0, 1))), "bounds"),
+    (dict(bounds=((1, 0, 0), (0, 1, 1))), "bounds"),
+    (dict(bounds=((0, 0), (1, 1))), "bounds"),
+    (dict(bounds=((0, 0, 0), (1, 1, float("inf")))), "bounds"),
+    (dict(init="gaussian"), "init"),
+    (dict(init_scale=-1.0), "init_scale"),
+    (dict(padding="reflection"), "padding"),
+    (dict(dtype=torch.int32), "dtype"),
+]
+
+
+@pytest.mark.parametrize("kwargs, name", BAD_ARGUMENTS)
+def test_bad_arguments_name_the_argument(kwargs, name):
+    args = dict(resolution=8, features=2) | kwargs
+    with pytest.raises(ValueError, match=rf"^{name}: expected"):
+        VoxelGrid(**args)
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch._dynamo.reset()
+    g = VoxelGrid((5, 6, 7), 3, (LO, HI), init="normal", init_scale=1.0)
+    pts = random_inside(100, torch.Generator().manual_seed(7)).float().view(10, 10, 3)
+    compiled = torch.compile(g, fullgraph=True)
+    out = compiled(pts)
+    torch.testing.assert_close(out, g(pts))
+    out.sum().backward()
+    assert g.features.grad is not None and g.features.grad.abs().sum() > 0
+
+
+def test_exported_from_package():
+    assert grid.VoxelGrid is VoxelGrid
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_on_cuda(dtype):
+    ref = VoxelGrid((9, 10, 11), 4, (LO, HI), init="normal", init_scale=1.0, device="cuda")
+    g = VoxelGrid((9, 10, 11), 4, (LO, HI), dtype=dtype, device="cuda")
+    with torch.no_grad():
+        g.features.copy_(ref.features)  # round to half
+        ref.features.copy_(g.features.float())
+    assert g.bounds.dtype == torch.float32
+    pts = random_inside(4096, torch.Generator().manual_seed(8)).float().cuda()
+    out = g(pts)
+    assert out.dtype == dtype and out.shape == (4096, 4)
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    torch.testing.assert_close(out.float(), ref(pts), rtol=tol, atol=tol)
+    out.float().sum().backward()
+    assert g.features.grad.dtype == dtype
+
+    # .to(dtype) of a float32 grid keeps float32 bounds, and upsample keeps the dtype.
+    moved = VoxelGrid(4, 2, (LO, HI)).to("cuda", dtype)
+    assert moved.bounds.dtype == torch.float32 and moved.bounds.device.type == "cuda"
+    moved.upsample(7)
+    assert moved.features.dtype == dtype and moved.resolution == (7, 7, 7)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_matches_cpu():
+    g = VoxelGrid((9, 10, 11), 4, (LO, HI), init="normal", init_scale=1.0)
+    pts = random_inside(1000, torch.Generator().manual_seed(9)).float()
+    expected = g(pts)
+    g.cuda()
+    torch.testing.assert_close(g(pts.cuda()).cpu(), expected)
