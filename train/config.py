@@ -1,0 +1,500 @@
+"""Experiment configuration: schema with defaults, TOML parsing, dotted overrides, validation.
+
+A config is a TOML file with two top-level keys (`seed`, `device`) and the tables
+`[target]`, `[grid]`, `[train]`, `[eval]`, `[output]`. Every key has a default, so
+an empty file is a valid experiment. `--set section.key=value` overrides one key;
+the value is read as a TOML value (`64`, `1e-2`, `[32, 32, 64]`, `true`) and, if
+that fails, as a bare string (`--set target.kind=torus`).
+
+Every error is a `ConfigError` whose message starts with the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomllib
+import torch
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending key."""
+
+
+def _doc(text: str, default: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+# ---- schema -----------------------------------------------------------------------------
+# The `doc` strings feed README.md's config reference (see `reference_table`).
+
+TARGET_KINDS = ("density", "sphere", "torus", "box", "npy")
+SDF_KINDS = ("sphere", "torus", "box")
+#: The keys of [target] that each kind reads (besides `kind`).
+KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "density": ("blobs", "frequency", "detail", "seed"),
+    "sphere": ("radius", "center"),
+    "torus": ("major_radius", "minor_radius", "center"),
+    "box": ("half_size", "center"),
+    "npy": ("path", "axes"),
+}
+
+
+@dataclass
+class TargetConfig:
+    kind: str = _doc(
+        "The field to fit: `density` (procedural), `sphere`, `torus`, `box` "
+        "(signed distances) or `npy` (a volume from a file).",
+        "density",
+    )
+    blobs: int = _doc("density: number of Gaussian blobs making the envelope.", 12)
+    frequency: float = _doc(
+        "density: gyroid detail frequency, in periods across a box of width 2.", 3.0
+    )
+    detail: float = _doc("density: gyroid modulation depth in [0, 1] (0 = blobs only).", 0.5)
+    seed: int = _doc("density: seed of the blob layout (independent of the training seed).", 0)
+    radius: float = _doc("sphere: radius.", 0.6)
+    center: list[float] = _doc("sphere, torus, box: centre of the shape.", [0.0, 0.0, 0.0])
+    major_radius: float = _doc("torus: distance from the centre to the tube's axis.", 0.55)
+    minor_radius: float = _doc("torus: radius of the tube (the torus lies in the xy-plane).", 0.2)
+    half_size: list[float] = _doc("box: half extents along x, y, z.", [0.5, 0.35, 0.25])
+    path: str = _doc(
+        "npy: path of a 3-D `.npy` array (relative paths: from the current directory). "
+        "It spans `grid.bounds`, its first and last samples on the box faces.",
+        "",
+    )
+    axes: str = _doc(
+        "npy: axis order of the array: `xyz` (shape [X, Y, Z], first index is x) or "
+        "`zyx` (shape [D, H, W] as F.grid_sample, first index is z).",
+        "xyz",
+    )
+
+
+@dataclass
+class GridConfig:
+    resolution: int | list[int] = _doc(
+        "Voxels per axis at the start: an int or [X, Y, Z], each >= 2.", 64
+    )
+    bounds: list[list[float]] = _doc(
+        "World box [[xmin, ymin, zmin], [xmax, ymax, zmax]]; points are drawn inside it.",
+        [[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]],
+    )
+    init: str = _doc("Feature init: `zeros`, `uniform` or `normal`.", "zeros")
+    init_scale: float = _doc("Half-width (uniform) or std (normal) of the init.", 1e-4)
+    padding: str = _doc("What points outside the box read: `zeros` or `border`.", "zeros")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = _doc("Optimisation steps.", 2000)
+    batch_size: int = _doc("Points per step.", 65536)
+    lr: float = _doc("Adam learning rate at step 0.", 0.05)
+    lr_final: float = _doc("Learning rate at the last step (exponential decay).", 0.005)
+    betas: list[float] = _doc("Adam betas.", [0.9, 0.99])
+    tv_weight: float = _doc("Weight of `VoxelGrid.total_variation()` added to the MSE.", 0.0)
+    surface_fraction: float = _doc(
+        "SDF targets: fraction of each batch drawn near the surface (rest uniform).", 0.0
+    )
+    surface_std: float = _doc("SDF targets: std of the offset of near-surface points.", 0.02)
+    upsample_steps: list[int] = _doc(
+        "Coarse to fine: steps at which the grid is upsampled (increasing).", []
+    )
+    upsample_resolutions: list[int | list[int]] = _doc(
+        "Coarse to fine: the resolution reached at each of `upsample_steps`.", []
+    )
+    upsample_moments: str = _doc(
+        "Adam state at an upsample: `rescale` (resample and scale by the cell-volume "
+        "ratio), `resample` (resample only) or `reset` (a fresh optimiser, as DirectVoxGO).",
+        "rescale",
+    )
+
+
+@dataclass
+class EvalConfig:
+    every: int = _doc(
+        "Evaluate on the held-out points every this many steps (and at the end).", 250
+    )
+    points: int = _doc("Number of fixed held-out points (uniform in the box).", 262144)
+    seed: int = _doc("Seed of the held-out points (independent of the training seed).", 1234)
+
+
+@dataclass
+class OutputConfig:
+    checkpoint_every: int = _doc(
+        "Write the checkpoint every this many steps (0: only at the end).", 1000
+    )
+    pictures: bool = _doc("Write slices.png and curves.png at the end.", True)
+    slice_resolution: int = _doc("Pixels per side of each picture slice.", 256)
+    progress: bool = _doc("Show the tqdm progress bar.", True)
+
+
+@dataclass
+class Config:
+    seed: int = _doc("Seed of the grid init and the training points; runs are repeatable.", 0)
+    device: str = _doc("`auto` (CUDA when available, else CPU), `cpu` or `cuda`.", "auto")
+    target: TargetConfig = field(default_factory=TargetConfig)
+    grid: GridConfig = field(default_factory=GridConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+SECTIONS: dict[str, type] = {
+    "target": TargetConfig,
+    "grid": GridConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "output": OutputConfig,
+}
+
+
+# ---- types --------------------------------------------------------------------------------
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"a list of ({_describe(typing.get_args(tp)[0])})"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[tp]
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """Return `value` as type `tp` (ints accepted for floats) or raise TypeError."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _coerce(value, option)
+            except TypeError:
+                pass
+        raise TypeError
+    if origin is list:
+        if not isinstance(value, list):
+            raise TypeError
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item) for v in value]
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp in (str, bool) and isinstance(value, tp):
+        return value
+    raise TypeError
+
+
+def _toml_type_name(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
+    return names.get(type(value), "table" if isinstance(value, dict) else type(value).__name__)
+
+
+# ---- reading --------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`section.key=value` -> (["section", "key"], value); the value read as TOML, else a string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set: expected key=value (e.g. train.steps=500), got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+def _unknown(key: str, known: list[str]) -> ConfigError:
+    name = key.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+    return ConfigError(f"{key}: unknown key{hint}")
+
+
+def _build(section_cls: type, raw: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(section_cls)
+    known = [f.name for f in dataclasses.fields(section_cls)]
+    values = {}
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        if key not in known:
+            raise _unknown(dotted, known)
+        if section_cls is Config and key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{dotted}: expected a table, got {_toml_type_name(value)}")
+            values[key] = _build(SECTIONS[key], value, f"{dotted}.")
+            continue
+        try:
+            values[key] = _coerce(value, hints[key])
+        except TypeError:
+            raise ConfigError(
+                f"{dotted}: expected {_describe(hints[key])}, got {value!r} "
+                f"({_toml_type_name(value)})"
+            ) from None
+    return section_cls(**values)
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    base: dict | None = None,
+) -> Config:
+    """Read a TOML file (or start from `base`, a dict as `to_dict` returns), apply
+    `section.key=value` overrides, check types and values.
+
+    Raises:
+        ConfigError: naming the key, for an unreadable file, an unknown key, a wrong
+            type or an impossible value.
+    """
+    raw: dict = {} if base is None else json.loads(json.dumps(base))
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"--config: no such file: {path}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"--config: {path} is not valid TOML: {error}") from None
+    explicit_target = set(raw.get("target", {})) if isinstance(raw.get("target"), dict) else set()
+    overridden_target: set[str] = set()
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = raw
+        for i, part in enumerate(keys[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(keys[: i + 1])}: is not a table")
+            node = child
+        node[keys[-1]] = value
+        if keys[:2] == ["target", "kind"]:
+            # Switching kinds on the command line drops the file's keys for the old kind.
+            explicit_target = {k for k in explicit_target if k in overridden_target}
+        if keys[0] == "target" and len(keys) == 2:
+            overridden_target.add(keys[1])
+            explicit_target.add(keys[1])
+    config = _build(Config, raw, "")
+    validate(config, explicit_target)
+    return config
+
+
+# ---- values ---------------------------------------------------------------------------------
+
+
+def as_resolution(value: int | list[int], key: str) -> tuple[int, int, int]:
+    """An int or [X, Y, Z] -> (X, Y, Z), each >= 2."""
+    size = [value] * 3 if isinstance(value, int) else list(value)
+    if len(size) != 3 or not all(isinstance(v, int) for v in size):
+        raise ConfigError(f"{key}: expected an integer or a list of 3 integers, got {value!r}")
+    if min(size) < 2:
+        raise ConfigError(f"{key}: expected every size >= 2, got {value!r}")
+    return (size[0], size[1], size[2])
+
+
+def _positive(value: float, key: str, *, zero: bool = False) -> None:
+    ok = value >= 0 if zero else value > 0
+    if not (ok and math.isfinite(value)):
+        raise ConfigError(
+            f"{key}: expected a {'non-negative' if zero else 'positive'} number, got {value!r}"
+        )
+
+
+def _choice(value: str, options: tuple[str, ...], key: str) -> None:
+    if value not in options:
+        raise ConfigError(f"{key}: expected one of {', '.join(options)}, got {value!r}")
+
+
+def _triple(value: list[float], key: str) -> None:
+    if len(value) != 3 or not all(math.isfinite(v) for v in value):
+        raise ConfigError(f"{key}: expected 3 finite numbers [x, y, z], got {value!r}")
+
+
+def validate(config: Config, explicit_target: set[str] = frozenset()) -> None:
+    """Check values (types are already right); raise ConfigError naming the key."""
+    c = config
+    _choice(c.device, ("auto", "cpu", "cuda"), "device")
+    if c.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: 'cuda' requested but torch.cuda.is_available() is False")
+
+    t = c.target
+    _choice(t.kind, TARGET_KINDS, "target.kind")
+    unused = sorted(explicit_target - set(KIND_KEYS[t.kind]) - {"kind"})
+    if unused:
+        raise ConfigError(
+            f"target.{unused[0]}: not used by target.kind = {t.kind!r} "
+            f"(it reads: {', '.join(KIND_KEYS[t.kind])})"
+        )
+    if t.blobs < 1:
+        raise ConfigError(f"target.blobs: expected an integer >= 1, got {t.blobs}")
+    _positive(t.frequency, "target.frequency")
+    if not 0 <= t.detail <= 1:
+        raise ConfigError(f"target.detail: expected a number in [0, 1], got {t.detail}")
+    _positive(t.radius, "target.radius")
+    _triple(t.center, "target.center")
+    _positive(t.major_radius, "target.major_radius")
+    _positive(t.minor_radius, "target.minor_radius")
+    _triple(t.half_size, "target.half_size")
+    for i, h in enumerate(t.half_size):
+        _positive(h, f"target.half_size[{i}]")
+    _choice(t.axes, ("xyz", "zyx"), "target.axes")
+    if t.kind == "npy":
+        t.path = str(_check_npy(t.path))
+
+    g = c.grid
+    as_resolution(g.resolution, "grid.resolution")
+    if len(g.bounds) != 2:
+        raise ConfigError(
+            f"grid.bounds: expected [[xmin, ymin, zmin], [xmax, ymax, zmax]], got {g.bounds!r}"
+        )
+    for corner in g.bounds:
+        _triple(corner, "grid.bounds")
+    for axis, lo, hi in zip("xyz", *g.bounds, strict=True):
+        if not lo < hi:
+            raise ConfigError(
+                f"grid.bounds: expected min < max on every axis, got {axis}: {lo} >= {hi}"
+            )
+    _choice(g.init, ("zeros", "uniform", "normal"), "grid.init")
+    _positive(g.init_scale, "grid.init_scale", zero=True)
+    _choice(g.padding, ("zeros", "border"), "grid.padding")
+
+    r = c.train
+    for key in ("steps", "batch_size"):
+        if getattr(r, key) < 1:
+            raise ConfigError(f"train.{key}: expected an integer >= 1, got {getattr(r, key)}")
+    _positive(r.lr, "train.lr")
+    _positive(r.lr_final, "train.lr_final")
+    if len(r.betas) != 2 or not all(0 <= b < 1 for b in r.betas):
+        raise ConfigError(f"train.betas: expected two numbers in [0, 1), got {r.betas!r}")
+    _positive(r.tv_weight, "train.tv_weight", zero=True)
+    if not 0 <= r.surface_fraction <= 1:
+        raise ConfigError(
+            f"train.surface_fraction: expected a number in [0, 1], got {r.surface_fraction}"
+        )
+    if r.surface_fraction > 0 and t.kind not in SDF_KINDS:
+        raise ConfigError(
+            f"train.surface_fraction: near-surface sampling needs an SDF target "
+            f"({', '.join(SDF_KINDS)}), but target.kind = {t.kind!r}"
+        )
+    _positive(r.surface_std, "train.surface_std", zero=True)
+    if len(r.upsample_steps) != len(r.upsample_resolutions):
+        raise ConfigError(
+            f"train.upsample_resolutions: expected one resolution per entry of "
+            f"train.upsample_steps ({len(r.upsample_steps)}), got {len(r.upsample_resolutions)}"
+        )
+    previous_step, previous = 0, as_resolution(g.resolution, "grid.resolution")
+    for i, (step, res) in enumerate(zip(r.upsample_steps, r.upsample_resolutions, strict=True)):
+        if not previous_step < step < r.steps:
+            raise ConfigError(
+                f"train.upsample_steps: expected increasing steps in (0, train.steps = "
+                f"{r.steps}), got {r.upsample_steps!r}"
+            )
+        size = as_resolution(res, f"train.upsample_resolutions[{i}]")
+        if any(n < p for n, p in zip(size, previous, strict=True)):
+            raise ConfigError(
+                f"train.upsample_resolutions[{i}]: expected no axis smaller than the "
+                f"previous resolution {previous}, got {size}"
+            )
+        previous_step, previous = step, size
+    _choice(r.upsample_moments, ("rescale", "resample", "reset"), "train.upsample_moments")
+
+    e = c.eval
+    for key in ("every", "points"):
+        if getattr(e, key) < 1:
+            raise ConfigError(f"eval.{key}: expected an integer >= 1, got {getattr(e, key)}")
+
+    o = c.output
+    if o.checkpoint_every < 0:
+        raise ConfigError(
+            f"output.checkpoint_every: expected an integer >= 0, got {o.checkpoint_every}"
+        )
+    if o.slice_resolution < 2:
+        raise ConfigError(
+            f"output.slice_resolution: expected an integer >= 2, got {o.slice_resolution}"
+        )
+
+
+def _check_npy(path: str) -> Path:
+    if not path:
+        raise ConfigError("target.path: required when target.kind = 'npy' (a .npy file)")
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ConfigError(f"target.path: no such file: {path}")
+    try:
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"target.path: {path} is not a readable .npy array ({error})") from None
+    if array.ndim != 3 or min(array.shape) < 2:
+        raise ConfigError(
+            f"target.path: expected a 3-D array with every size >= 2, got shape {array.shape}"
+        )
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise ConfigError(f"target.path: expected a numeric array, got dtype {array.dtype}")
+    return file
+
+
+# ---- writing --------------------------------------------------------------------------------
+
+
+def to_dict(config: Config) -> dict:
+    """The resolved config as plain data; [target] holds only the keys its kind reads."""
+    data = dataclasses.asdict(config)
+    keep = {"kind", *KIND_KEYS[config.target.kind]}
+    data["target"] = {k: v for k, v in data["target"].items() if k in keep}
+    return data
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def to_toml(config: Config) -> str:
+    """The resolved config as TOML that `load_config` reads back to an equal config."""
+    data = to_dict(config)
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for section, values in data.items():
+        if isinstance(values, dict):
+            lines += ["", f"[{section}]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def reference_table() -> str:
+    """Markdown table of every key (type, default, meaning), for README.md."""
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+
+    def add(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in SECTIONS and cls is Config:
+                continue
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            tp = str(hints[f.name]).replace("typing.", "").replace("<class '", "")
+            tp = tp.replace("'>", "")
+            rows.append(
+                f"| `{prefix}{f.name}` | {tp} | `{_toml_value(default)}` | {f.metadata['doc']} |"
+            )
+
+    add(Config, "")
+    for name, cls in SECTIONS.items():
+        add(cls, f"{name}.")
+    return "\n".join(rows)

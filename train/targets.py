@@ -1,0 +1,188 @@
+"""Target fields to fit, generated in code (or read from a user's `.npy` volume).
+
+A target maps world points `[..., 3]` to scalar values `[...]` (float32, on the
+points' device). Signed-distance targets can also draw points near their surface.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .config import TargetConfig
+
+
+class Target:
+    """A scalar field over world space."""
+
+    name: str = "target"
+    is_sdf: bool = False
+
+    def __call__(self, xyz: Tensor) -> Tensor:
+        """xyz: [..., 3] world points -> [...] values."""
+        raise NotImplementedError
+
+    def to(self, device: torch.device) -> Target:
+        return self
+
+    def surface_points(self, n: int, std: float, lo: Tensor, hi: Tensor, gen) -> Tensor:
+        """[n, 3] points near the zero level set (SDFs only), inside the box [lo, hi].
+
+        Uniform points are projected onto the surface along the SDF gradient
+        (`p - d(p) * grad d(p)`, exact for a true distance function), then moved by a
+        Gaussian offset of standard deviation `std`.
+        """
+        u = torch.rand(n, 3, generator=gen, device=lo.device)
+        p = (lo + (hi - lo) * u).requires_grad_()
+        with torch.enable_grad():
+            d = self(p)
+            (grad,) = torch.autograd.grad(d.sum(), p)
+        grad = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        surface = torch.nan_to_num(p.detach() - d.detach()[:, None] * grad)  # NaN: a kink
+        noise = torch.randn(n, 1, generator=gen, device=lo.device) * std
+        return torch.minimum(torch.maximum(surface + noise * grad, lo), hi)
+
+
+class Density(Target):
+    """A smooth procedural density: Gaussian blobs modulated by a gyroid.
+
+    `envelope(p) = sum_i a_i exp(-|p - c_i|^2 / (2 s_i^2))` with blob centres,
+    widths and amplitudes drawn from `seed`, multiplied by
+    `1 + detail * gyroid(k p) / 1.5`, where `gyroid(q) = sin qx cos qy + sin qy cos qz
+    + sin qz cos qx` (in [-1.5, 1.5]) and `k = pi * frequency` (`frequency` periods
+    across a width of 2). Non-negative, infinitely smooth, with thin maze-like
+    sheets whose sharpness `frequency` controls.
+    """
+
+    name = "density"
+
+    def __init__(self, blobs: int, frequency: float, detail: float, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.centres = (torch.rand(blobs, 3, generator=gen) * 2 - 1) * 0.6  # [B, 3]
+        self.widths = 0.12 + 0.22 * torch.rand(blobs, generator=gen)  # [B]
+        self.amplitudes = 0.5 + 0.5 * torch.rand(blobs, generator=gen)  # [B]
+        self.k = math.pi * frequency
+        self.detail = detail
+
+    def to(self, device: torch.device) -> Density:
+        for name in ("centres", "widths", "amplitudes"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def __call__(self, xyz: Tensor) -> Tensor:
+        xyz = xyz.float()
+        d2 = (xyz[..., None, :] - self.centres).square().sum(-1)  # [..., B]
+        envelope = (self.amplitudes * torch.exp(-d2 / (2 * self.widths.square()))).sum(-1)
+        q = xyz * self.k
+        s, c = torch.sin(q), torch.cos(q)
+        gyroid = (
+            s[..., 0] * c[..., 1] + s[..., 1] * c[..., 2] + s[..., 2] * c[..., 0]
+        )  # [...], in [-1.5, 1.5]
+        return envelope * (1 + self.detail * gyroid / 1.5)
+
+
+class Sphere(Target):
+    name, is_sdf = "sphere", True
+
+    def __init__(self, radius: float, center: list[float]) -> None:
+        self.radius, self.center = radius, torch.tensor(center)
+
+    def to(self, device: torch.device) -> Sphere:
+        self.center = self.center.to(device)
+        return self
+
+    def __call__(self, xyz: Tensor) -> Tensor:
+        return (xyz.float() - self.center).norm(dim=-1) - self.radius
+
+
+class Torus(Target):
+    """A torus in the xy-plane (axis z) around `center`."""
+
+    name, is_sdf = "torus", True
+
+    def __init__(self, major_radius: float, minor_radius: float, center: list[float]) -> None:
+        self.major, self.minor, self.center = major_radius, minor_radius, torch.tensor(center)
+
+    def to(self, device: torch.device) -> Torus:
+        self.center = self.center.to(device)
+        return self
+
+    def __call__(self, xyz: Tensor) -> Tensor:
+        p = xyz.float() - self.center
+        ring = p[..., :2].norm(dim=-1) - self.major
+        return torch.stack([ring, p[..., 2]], dim=-1).norm(dim=-1) - self.minor
+
+
+class Box(Target):
+    """An axis-aligned box with half extents `half_size` around `center` (exact SDF)."""
+
+    name, is_sdf = "box", True
+
+    def __init__(self, half_size: list[float], center: list[float]) -> None:
+        self.half, self.center = torch.tensor(half_size), torch.tensor(center)
+
+    def to(self, device: torch.device) -> Box:
+        self.half, self.center = self.half.to(device), self.center.to(device)
+        return self
+
+    def __call__(self, xyz: Tensor) -> Tensor:
+        q = (xyz.float() - self.center).abs() - self.half
+        outside = q.clamp_min(0).norm(dim=-1)
+        inside = q.max(dim=-1).values.clamp_max(0)
+        return outside + inside
+
+
+class Volume(Target):
+    """A user's 3-D array spanning the world box, interpolated trilinearly.
+
+    The array's first and last samples along each axis sit on the box faces
+    (align_corners=True): sample `[i, j, k]` of an `xyz` array is at
+    `lo + (hi - lo) * (i, j, k) / (shape - 1)`. Points outside read the nearest
+    boundary value. Interpolated with `F.grid_sample`, independently of `grid.sample`.
+    """
+
+    name = "npy"
+
+    def __init__(self, path: str, axes: str, bounds: list[list[float]]) -> None:
+        array = np.load(path, allow_pickle=False).astype(np.float32)
+        volume = torch.from_numpy(array)
+        # F.grid_sample wants [D, H, W] = [Z, Y, X], the first index being z.
+        self.volume = volume.permute(2, 1, 0) if axes == "xyz" else volume
+        self.lo = torch.tensor(bounds[0])
+        self.hi = torch.tensor(bounds[1])
+
+    def to(self, device: torch.device) -> Volume:
+        self.volume, self.lo, self.hi = (t.to(device) for t in (self.volume, self.lo, self.hi))
+        return self
+
+    def __call__(self, xyz: Tensor) -> Tensor:
+        batch = xyz.shape[:-1]
+        normalised = (xyz.float() - self.lo) * (2 / (self.hi - self.lo)) - 1
+        out = F.grid_sample(
+            self.volume[None, None],
+            normalised.reshape(1, 1, 1, -1, 3),
+            mode="bilinear",
+            padding_mode="border",
+            align_corners=True,
+        )
+        return out.reshape(batch)
+
+
+def make_target(config: TargetConfig, bounds: list[list[float]]) -> Target:
+    """The target described by `config` (a validated [target] table)."""
+    c = config
+    if c.kind == "density":
+        return Density(c.blobs, c.frequency, c.detail, c.seed)
+    if c.kind == "sphere":
+        return Sphere(c.radius, c.center)
+    if c.kind == "torus":
+        return Torus(c.major_radius, c.minor_radius, c.center)
+    if c.kind == "box":
+        return Box(c.half_size, c.center)
+    if c.kind == "npy":
+        return Volume(c.path, c.axes, bounds)
+    raise ValueError(f"target.kind: unknown {c.kind!r}")
