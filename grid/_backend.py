@@ -39,8 +39,8 @@ def sources(with_cuda: bool) -> list[str]:
     return [str(f) for f in files]
 
 
-CXX_FLAGS = ["-O3", "-std=c++17"]
-NVCC_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-lineinfo"]
+CXX_FLAGS = ["-O3"]
+NVCC_FLAGS = ["-O3", "-lineinfo"]
 
 
 def _jit_build() -> None:

@@ -166,3 +166,18 @@ torch.library.register_autograd(
     "grid::trilinear", _trilinear_backward, setup_context=_trilinear_setup
 )
 torch.library.register_autograd("grid::sample", _sample_backward, setup_context=_sample_setup)
+
+
+def _no_double_backward(name: str):
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"grid.{name}: gradients of gradients (double backward, e.g. an eikonal loss "
+            "through create_graph=True) are not implemented yet"
+        )
+
+    return backward
+
+
+# Without these, autograd would silently treat the backward ops as constants.
+torch.library.register_autograd("grid::trilinear_backward", _no_double_backward("trilinear"))
+torch.library.register_autograd("grid::sample_backward", _no_double_backward("sample"))

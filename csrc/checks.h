@@ -1,0 +1,99 @@
+// Argument checks shared by the CPU and CUDA kernels. Every message names the op, the argument
+// and what was expected. Host only.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "trilinear_math.h"
+
+namespace grid {
+
+inline bool is_float(const at::Tensor& t) {
+  const auto s = t.scalar_type();
+  return s == at::kDouble || s == at::kFloat || s == at::kHalf || s == at::kBFloat16;
+}
+
+// `value` is the main tensor (features / corners); `coords` the points / local positions.
+inline void check_pair(const char* op, const at::Tensor& value, const char* value_name,
+                       const at::Tensor& coords, const char* coords_name) {
+  TORCH_CHECK(is_float(value), op, ": ", value_name,
+              ": expected a floating-point tensor (float16, bfloat16, float32 or float64), got ",
+              value.scalar_type());
+  TORCH_CHECK(is_float(coords), op, ": ", coords_name,
+              ": expected a floating-point tensor (float16, bfloat16, float32 or float64), got ",
+              coords.scalar_type());
+  TORCH_CHECK(value.device() == coords.device(), op, ": ", coords_name,
+              ": expected a tensor on the same device as ", value_name, " (", value.device(),
+              "), got ", coords.device());
+  const bool half = value.scalar_type() == at::kHalf || value.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(coords.scalar_type() == value.scalar_type() ||
+                  (half && coords.scalar_type() == at::kFloat),
+              op, ": ", coords_name, ": expected dtype ", value.scalar_type(), " like ",
+              value_name, " (or float32 with half-precision ", value_name, "), got ",
+              coords.scalar_type());
+}
+
+// Returns true for border padding.
+inline bool check_sample_args(const at::Tensor& features, const at::Tensor& points,
+                              const std::string& padding) {
+  const char* op = "grid.sample";
+  check_pair(op, features, "features", points, "points");
+  TORCH_CHECK(features.dim() == 4, op, ": features: expected shape [X, Y, Z, F], got ",
+              features.sizes());
+  TORCH_CHECK(features.size(0) > 0 && features.size(1) > 0 && features.size(2) > 0 &&
+                  features.size(3) > 0,
+              op, ": features: expected every axis of [X, Y, Z, F] to be non-empty, got ",
+              features.sizes());
+  TORCH_CHECK(points.dim() >= 1 && points.size(-1) == 3, op,
+              ": points: expected shape [..., 3], got ", points.sizes());
+  TORCH_CHECK(padding == "zeros" || padding == "border", op,
+              ": padding: expected 'zeros' or 'border', got '", padding, "'");
+  return padding == "border";
+}
+
+inline void check_trilinear_args(const at::Tensor& corners, const at::Tensor& local) {
+  const char* op = "grid.trilinear";
+  check_pair(op, corners, "corners", local, "local");
+  TORCH_CHECK(corners.dim() == 3 && corners.size(1) == 8, op,
+              ": corners: expected shape [N, 8, F], got ", corners.sizes());
+  TORCH_CHECK(local.dim() == 2 && local.size(1) == 3 && local.size(0) == corners.size(0), op,
+              ": local: expected shape [N, 3] with N = ", corners.size(0), ", got ",
+              local.sizes());
+}
+
+inline void check_grad_out(const char* op, const at::Tensor& grad_out, const at::Tensor& like,
+                           at::IntArrayRef expected_sizes) {
+  TORCH_CHECK(grad_out.sizes() == expected_sizes, op, ": grad_out: expected shape ",
+              expected_sizes, ", got ", grad_out.sizes());
+  TORCH_CHECK(grad_out.scalar_type() == like.scalar_type(), op, ": grad_out: expected dtype ",
+              like.scalar_type(), ", got ", grad_out.scalar_type());
+  TORCH_CHECK(grad_out.device() == like.device(), op, ": grad_out: expected device ",
+              like.device(), ", got ", grad_out.device());
+}
+
+// Output shape of sample: points [..., 3] -> [..., F].
+inline std::vector<int64_t> sample_out_sizes(const at::Tensor& features, const at::Tensor& points) {
+  std::vector<int64_t> sizes(points.sizes().begin(), points.sizes().end());
+  sizes.back() = features.size(3);
+  return sizes;
+}
+
+// Features in the layout the kernels read: F contiguous (copied only if it is not).
+inline at::Tensor channels_contiguous(const at::Tensor& features) {
+  return features.stride(3) == 1 ? features : features.contiguous();
+}
+
+inline GridShape grid_shape(const at::Tensor& features) {  // features: [X, Y, Z, F], F-contig.
+  GridShape g;
+  for (int a = 0; a < 3; ++a) {
+    g.size[a] = features.size(a);
+    g.stride[a] = features.stride(a);
+  }
+  g.F = features.size(3);
+  return g;
+}
+
+}  // namespace grid

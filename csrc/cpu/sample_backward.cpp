@@ -1,0 +1,115 @@
+// CPU backward of grid::sample. Deterministic: every voxel row of the feature gradient is owned
+// by one task, which adds the contributions of all points in point order, so the result is
+// bitwise the same on every run and for any thread count.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "checks.h"
+#include "dispatch.h"
+#include "trilinear_math.h"
+
+namespace grid {
+namespace {
+
+// grad_points[n] = sum_k d weight_k / d point * <grad_out[n], features[corner_k]>.
+template <typename scalar_t, typename point_t>
+void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts, point_t* gp,
+                     const GridShape& shape, int64_t N, bool align_corners, bool border) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t F = shape.F;
+  at::parallel_for(0, N, std::max<int64_t>(1, 4096 / F), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const Cell<acc_t> cell = locate_cell<acc_t>(pts + 3 * n, shape, align_corners, border);
+      acc_t dweight[3][8];
+      corner_weight_grads<acc_t>(cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac,
+                                 dweight);
+      acc_t grad[3] = {0, 0, 0};
+      for (int k = 0; k < 8; ++k) {
+        if (!cell.valid[k]) continue;
+        const scalar_t* fk =
+            feat + cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]);
+        acc_t dot = 0;
+        for (int64_t f = 0; f < F; ++f)
+          dot += static_cast<acc_t>(g[n * F + f]) * static_cast<acc_t>(fk[f]);
+        for (int a = 0; a < 3; ++a) grad[a] += dweight[a][k] * dot;
+      }
+      for (int a = 0; a < 3; ++a)
+        gp[3 * n + a] = static_cast<point_t>(grad[a] * cell.axis[a].dindex);
+    }
+  });
+}
+
+// grad_features[corner_k(n)] += weight_k(n) * grad_out[n], into a contiguous [X, Y, Z, F]
+// accumulator. Task t owns the (x, y) voxel rows [row_begin, row_end) and scans every point.
+template <typename scalar_t, typename point_t>
+void grad_features_cpu(const scalar_t* g, const point_t* pts, acc_type<scalar_t>* gf,
+                       const GridShape& shape, int64_t N, bool align_corners, bool border) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t F = shape.F, Y = shape.size[1], Z = shape.size[2];
+  const int64_t rows = shape.size[0] * Y;
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
+  at::parallel_for(0, rows, (rows + tasks - 1) / tasks, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t n = 0; n < N; ++n) {
+      const Cell<acc_t> cell = locate_cell<acc_t>(pts + 3 * n, shape, align_corners, border);
+      if (!cell.any) continue;
+      for (int k = 0; k < 8; ++k) {
+        if (!cell.valid[k]) continue;
+        const int64_t row = (cell.axis[0].i0 + corner_dx(k)) * Y + cell.axis[1].i0 + corner_dy(k);
+        if (row < row_begin || row >= row_end) continue;
+        acc_t* out = gf + (row * Z + cell.axis[2].i0 + corner_dz(k)) * F;
+        const acc_t w = cell.weight[k];
+        for (int64_t f = 0; f < F; ++f) out[f] += w * static_cast<acc_t>(g[n * F + f]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
+    const at::Tensor& grad_out_in,  // [..., F]
+    const at::Tensor& features_in,  // [X, Y, Z, F]
+    const at::Tensor& points_in,    // [..., 3]
+    bool align_corners, c10::string_view padding, std::array<bool, 2> output_mask) {
+  const bool border = check_sample_args(features_in, points_in, std::string(padding));
+  check_grad_out("grid.sample_backward", grad_out_in, features_in,
+                 sample_out_sizes(features_in, points_in));
+  const bool want_features = output_mask[0], want_points = output_mask[1];
+  const at::Tensor features = channels_contiguous(features_in);
+  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
+  const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
+  const int64_t N = points.size(0);
+  const GridShape shape = grid_shape(features);
+  const auto acc_dtype = features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+
+  at::Tensor grad_acc = want_features ? at::zeros(features.sizes(), features.options().dtype(
+                                                                        acc_dtype))  // [X,Y,Z,F]
+                                      : at::empty({0}, features.options());
+  at::Tensor grad_points = at::empty(want_points ? points_in.sizes() : at::IntArrayRef{0},
+                                     points_in.options());  // [..., 3]
+  if (N > 0) {
+    dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
+      using scalar_t = typename decltype(s)::type;
+      using point_t = typename decltype(p)::type;
+      const scalar_t* g = grad_out.data_ptr<scalar_t>();
+      const point_t* pts = points.data_ptr<point_t>();
+      if (want_features)
+        grad_features_cpu<scalar_t, point_t>(g, pts, grad_acc.data_ptr<acc_type<scalar_t>>(),
+                                             shape, N, align_corners, border);
+      if (want_points)
+        grad_points_cpu<scalar_t, point_t>(g, features.data_ptr<scalar_t>(), pts,
+                                           grad_points.data_ptr<point_t>(), shape, N,
+                                           align_corners, border);
+    });
+  }
+  const at::Tensor grad_features =
+      want_features ? grad_acc.to(features.scalar_type()) : grad_acc;  // no copy when equal
+  return {grad_features, grad_points};
+}
+
+TORCH_LIBRARY_IMPL(grid, CPU, m) { m.impl("sample_backward", &sample_backward_cpu); }
+
+}  // namespace grid

@@ -1,0 +1,87 @@
+// Launch configuration, vector loads and vector atomics shared by the CUDA kernels.
+#pragma once
+
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "trilinear_math.h"
+
+namespace grid {
+
+constexpr int kThreads = 256;
+
+// V values of T read or written as one access (16 bytes at most).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, V>*>(p);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
+  *reinterpret_cast<Vec<T, V>*>(p) = v;
+}
+
+// p[0..V) += v[0..V) atomically per element; one vector atomic per 16 bytes on sm_90.
+template <int V>
+__device__ __forceinline__ void atomic_add_vec(float* p, const float (&v)[V]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kWidth = V % 4 == 0 ? 4 : V % 2 == 0 ? 2 : 1;
+#else
+  constexpr int kWidth = 1;
+#endif
+#pragma unroll
+  for (int i = 0; i < V; i += kWidth) {
+    if constexpr (kWidth == 4)
+      atomicAdd(reinterpret_cast<float4*>(p + i), make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]));
+    else if constexpr (kWidth == 2)
+      atomicAdd(reinterpret_cast<float2*>(p + i), make_float2(v[i], v[i + 1]));
+    else
+      atomicAdd(p + i, v[i]);
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void atomic_add_vec(double* p, const double (&v)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) atomicAdd(p + i, v[i]);
+}
+
+// Threads that share one point: a power of two up to a warp, enough for its F / V vectors.
+inline int group_log2(int64_t vectors_per_point) {
+  int log2 = 0;
+  while ((1 << log2) < vectors_per_point && log2 < 5) ++log2;
+  return log2;
+}
+
+// Mask of the lanes of this thread's group (groups never straddle a warp).
+__device__ __forceinline__ unsigned group_mask(int log2) {
+  const int size = 1 << log2;
+  if (size == 32) return 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  return ((1u << size) - 1) << (lane & ~(size - 1));
+}
+
+// Sum over the lanes of the group; every lane gets the total.
+template <typename T>
+__device__ __forceinline__ T group_sum(T x, unsigned mask, int log2) {
+  for (int offset = (1 << log2) >> 1; offset > 0; offset >>= 1)
+    x += __shfl_xor_sync(mask, x, offset, 1 << log2);
+  return x;
+}
+
+// Blocks for a grid-stride loop over `items` threads of work.
+inline unsigned blocks_for(int64_t items) {
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 1 << 22)));
+}
+
+}  // namespace grid

@@ -1,0 +1,84 @@
+// CUDA forward of grid::sample. A group of 2^glog threads handles one point: it locates the
+// cell once per thread and each thread blends V-wide vectors of the F channels of the eight
+// corners, read straight from the channels-last grid (no [N, 8, F] tensor).
+#include <torch/library.h>
+
+#include "checks.h"
+#include "cuda_utils.cuh"
+#include "dispatch.h"
+
+namespace grid {
+namespace {
+
+template <typename scalar_t, typename point_t, int V>
+__global__ void __launch_bounds__(kThreads)
+    sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
+                          const point_t* __restrict__ points,     // [N, 3]
+                          scalar_t* __restrict__ out,             // [N, F]
+                          GridShape shape, int64_t N, int glog, bool align_corners,
+                          bool border) {
+  using acc_t = acc_type<scalar_t>;
+  const int64_t F = shape.F, vectors = F / V;
+  const int64_t items = N << glog;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < items;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i >> glog;
+    const int lane = i & ((1 << glog) - 1);
+    const Cell<acc_t> cell = locate_cell<acc_t>(points + 3 * n, shape, align_corners, border);
+    int64_t offset[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      offset[k] = cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]);
+    for (int64_t c = lane; c < vectors; c += (1 << glog)) {
+      acc_t acc[V] = {};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (!cell.valid[k]) continue;
+        const Vec<scalar_t, V> f = load_vec<scalar_t, V>(features + offset[k] + c * V);
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * static_cast<acc_t>(f.v[v]);
+      }
+      Vec<scalar_t, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(acc[v]);
+      store_vec<scalar_t, V>(out + n * F + c * V, o);
+    }
+  }
+}
+
+at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
+                               const at::Tensor& points_in,    // [..., 3]
+                               bool align_corners, c10::string_view padding) {
+  const bool border = check_sample_args(features_in, points_in, std::string(padding));
+  const c10::cuda::CUDAGuard guard(features_in.device());
+  const at::Tensor features = channels_contiguous(features_in);
+  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
+  at::Tensor out = at::empty(sample_out_sizes(features, points_in), features.options());
+  const int64_t N = points.size(0);
+  if (N == 0) return out;
+  const GridShape shape = grid_shape(features);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+
+  dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
+    using scalar_t = typename decltype(s)::type;
+    using point_t = typename decltype(p)::type;
+    const bool aligned = vec_aligned(
+        max_vec<scalar_t>(), {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
+        {features.data_ptr(), out.data_ptr()});
+    dispatch_vec<scalar_t>(aligned, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      const int glog = group_log2(shape.F / V);
+      sample_forward_kernel<scalar_t, point_t, V><<<blocks_for(N << glog), kThreads, 0, stream>>>(
+          features.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
+          shape, N, glog, align_corners, border);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(grid, CUDA, m) { m.impl("sample", &sample_forward_cuda); }
+
+}  // namespace grid

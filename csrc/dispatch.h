@@ -1,0 +1,60 @@
+// Dtype and vector-width dispatch shared by the CPU and CUDA launchers. Host only.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <type_traits>
+
+namespace grid {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<scalar_t>, TypeTag<point_t>) for the supported (value, coordinate) dtype
+// pairs: equal dtypes, or float32 coordinates with float16 / bfloat16 values. The pair has
+// been checked before (check_pair), so only these combinations are instantiated.
+template <typename Fn>
+void dispatch_dtypes(at::ScalarType value, at::ScalarType coords, Fn&& fn) {
+  switch (value) {
+    case at::kDouble:
+      return fn(TypeTag<double>{}, TypeTag<double>{});
+    case at::kFloat:
+      return fn(TypeTag<float>{}, TypeTag<float>{});
+    case at::kHalf:
+      if (coords == at::kFloat) return fn(TypeTag<at::Half>{}, TypeTag<float>{});
+      return fn(TypeTag<at::Half>{}, TypeTag<at::Half>{});
+    case at::kBFloat16:
+      if (coords == at::kFloat) return fn(TypeTag<at::BFloat16>{}, TypeTag<float>{});
+      return fn(TypeTag<at::BFloat16>{}, TypeTag<at::BFloat16>{});
+    default:
+      TORCH_CHECK(false, "grid: unsupported dtype ", value);
+  }
+}
+
+// Widest vector of scalar_t that is 16 bytes or less.
+template <typename scalar_t>
+constexpr int max_vec() {
+  return 16 / sizeof(scalar_t);
+}
+
+// Calls fn(std::integral_constant<int, V>) with V = max_vec<scalar_t>() when every row of F
+// values starts 16-byte aligned (F, the strides and the base pointers all multiples of V),
+// else V = 1.
+template <typename scalar_t, typename Fn>
+void dispatch_vec(bool aligned, Fn&& fn) {
+  if (aligned) return fn(std::integral_constant<int, max_vec<scalar_t>()>{});
+  return fn(std::integral_constant<int, 1>{});
+}
+
+inline bool vec_aligned(int64_t V, std::initializer_list<int64_t> extents,
+                        std::initializer_list<const void*> pointers) {
+  for (int64_t e : extents)
+    if (e % V != 0) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+}  // namespace grid

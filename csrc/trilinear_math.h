@@ -1,0 +1,147 @@
+// Shared inline math of the trilinear operators: corner weights, their derivatives, and how a
+// normalised point maps onto a grid cell (F.grid_sample's rules). Host and device.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define GRID_HD __host__ __device__ __forceinline__
+#else
+#define GRID_HD inline
+#endif
+
+namespace grid {
+
+// Accumulation type: double for double storage, float otherwise (float16 / bfloat16 too).
+template <typename T>
+struct AccType {
+  using type = float;
+};
+template <>
+struct AccType<double> {
+  using type = double;
+};
+template <typename T>
+using acc_type = typename AccType<T>::type;
+
+GRID_HD float floor_(float x) { return floorf(x); }
+GRID_HD double floor_(double x) { return ::floor(x); }
+
+// Corner k of a cell sits at (dx, dy, dz) = ((k >> 2) & 1, (k >> 1) & 1, k & 1).
+GRID_HD int corner_dx(int k) { return (k >> 2) & 1; }
+GRID_HD int corner_dy(int k) { return (k >> 1) & 1; }
+GRID_HD int corner_dz(int k) { return k & 1; }
+
+// Weights of the 8 corners for a position (u, v, w) in [0, 1]^3 inside the cell.
+template <typename acc_t>
+GRID_HD void corner_weights(acc_t u, acc_t v, acc_t w, acc_t (&weight)[8]) {
+  const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v, v}, wz[2] = {1 - w, w};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) weight[k] = wx[corner_dx(k)] * wy[corner_dy(k)] * wz[corner_dz(k)];
+}
+
+// d weight[k] / d(u, v, w): grad[a][k] for axis a.
+template <typename acc_t>
+GRID_HD void corner_weight_grads(acc_t u, acc_t v, acc_t w, acc_t (&grad)[3][8]) {
+  const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v, v}, wz[2] = {1 - w, w};
+  const acc_t sign[2] = {-1, 1};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int dx = corner_dx(k), dy = corner_dy(k), dz = corner_dz(k);
+    grad[0][k] = sign[dx] * wy[dy] * wz[dz];
+    grad[1][k] = wx[dx] * sign[dy] * wz[dz];
+    grad[2][k] = wx[dx] * wy[dy] * sign[dz];
+  }
+}
+
+// A grid of [X, Y, Z, F] with element strides (sx, sy, sz, 1).
+struct GridShape {
+  int64_t size[3];
+  int64_t stride[3];
+  int64_t F;
+};
+
+// One axis of a point's cell.
+template <typename acc_t>
+struct AxisCell {
+  int64_t i0;       // index of the low corner; the high corner is i0 + 1
+  acc_t frac;       // position between them, in [0, 1]
+  acc_t dindex;     // d index / d normalised coordinate; 0 where border padding clamps
+  bool valid[2];    // whether corners i0 and i0 + 1 lie inside the grid
+  bool outside;     // zeros padding: the point is too far (or NaN) to touch the grid
+};
+
+// Maps a normalised coordinate onto one axis of `size` voxels as F.grid_sample does
+// (bilinear, zeros or border padding). Far and non-finite coordinates never produce an
+// index outside [-1, size], so the int64 conversion is always defined.
+template <typename acc_t>
+GRID_HD AxisCell<acc_t> locate_axis(acc_t coord, int64_t size, bool align_corners, bool border) {
+  AxisCell<acc_t> a;
+  acc_t index, dindex;
+  if (align_corners) {
+    index = (coord + 1) / 2 * acc_t(size - 1);
+    dindex = acc_t(size - 1) / 2;
+  } else {
+    index = ((coord + 1) * acc_t(size) - 1) / 2;
+    dindex = acc_t(size) / 2;
+  }
+  a.outside = false;
+  if (border) {
+    const acc_t hi = acc_t(size - 1);
+    if (!(index > 0 && index < hi)) {  // clamped (NaN goes to the low border): no gradient
+      index = index >= hi ? hi : acc_t(0);
+      dindex = 0;
+    }
+  } else if (!(index >= -1 && index <= acc_t(size))) {  // every corner outside, or NaN
+    a.outside = true;
+    index = 0;
+    dindex = 0;
+  }
+  const acc_t low = floor_(index);
+  a.i0 = static_cast<int64_t>(low);
+  a.frac = index - low;
+  a.dindex = dindex;
+  a.valid[0] = a.i0 >= 0 && a.i0 < size;
+  a.valid[1] = a.i0 + 1 >= 0 && a.i0 + 1 < size;
+  return a;
+}
+
+// The cell of one point: its three axes, the corner weights and which corners are inside.
+template <typename acc_t>
+struct Cell {
+  AxisCell<acc_t> axis[3];
+  acc_t weight[8];  // 0 for corners outside the grid
+  bool valid[8];
+  bool any;         // some corner is inside the grid
+
+  // Element offset of corner k in a grid with the given strides.
+  GRID_HD int64_t offset(int k, int64_t sx, int64_t sy, int64_t sz) const {
+    return (axis[0].i0 + corner_dx(k)) * sx + (axis[1].i0 + corner_dy(k)) * sy +
+           (axis[2].i0 + corner_dz(k)) * sz;
+  }
+};
+
+template <typename acc_t, typename point_t>
+GRID_HD Cell<acc_t> locate_cell(const point_t* point, const GridShape& g, bool align_corners,
+                                bool border) {
+  Cell<acc_t> c;
+  bool outside = false;
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    c.axis[a] = locate_axis<acc_t>(static_cast<acc_t>(point[a]), g.size[a], align_corners, border);
+    outside = outside || c.axis[a].outside;
+  }
+  corner_weights(c.axis[0].frac, c.axis[1].frac, c.axis[2].frac, c.weight);
+  c.any = false;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    c.valid[k] = !outside && c.axis[0].valid[corner_dx(k)] && c.axis[1].valid[corner_dy(k)] &&
+                 c.axis[2].valid[corner_dz(k)];
+    if (!c.valid[k]) c.weight[k] = 0;
+    c.any = c.any || c.valid[k];
+  }
+  return c;
+}
+
+}  // namespace grid

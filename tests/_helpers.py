@@ -1,0 +1,32 @@
+"""Shared helpers of the op tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+def grid_sample(features: torch.Tensor, points: torch.Tensor, align_corners: bool, padding: str):
+    """F.grid_sample on a channels-last grid, written as in the operator contract."""
+    out = F.grid_sample(
+        features.permute(3, 2, 1, 0)[None],
+        points.reshape(1, 1, 1, -1, 3),
+        mode="bilinear",
+        padding_mode=padding,
+        align_corners=align_corners,
+    )
+    return out.reshape(features.shape[3], -1).T.reshape(*points.shape[:-1], features.shape[3])
+
+
+def random_points(shape, device, dtype=torch.float32, spread=1.3, generator=None) -> torch.Tensor:
+    """Uniform points in [-spread, spread]^3: inside and outside the grid."""
+    return (torch.rand(*shape, 3, device=device, dtype=dtype, generator=generator) * 2 - 1) * spread
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol=1e-5, atol=1e-5) -> None:
+    torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol)

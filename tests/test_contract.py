@@ -1,0 +1,159 @@
+"""The operator contract: native kernels in use, opcheck, torch.compile, and input errors."""
+
+import pytest
+import torch
+
+import grid
+from grid import _backend
+
+from ._helpers import DEVICES, assert_close, needs_cuda, random_points
+
+OPS = ["trilinear", "trilinear_backward", "sample", "sample_backward"]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_native_kernels_registered(op):
+    assert _backend.source in ("installed", "jit")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CPU")
+    if torch.cuda.is_available():
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CUDA"), (
+            "torch has CUDA but grid was built without the CUDA kernels"
+        )
+
+
+def test_public_api_calls_the_native_ops():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    features = torch.randn(3, 3, 3, 2, requires_grad=True)
+    points = random_points((5,), "cpu").requires_grad_()
+    corners = torch.randn(5, 8, 2, requires_grad=True)
+    with Record() as rec:
+        grid.sample(features, points).sum().backward()
+        grid.trilinear(corners, points).sum().backward()
+    for op in OPS:
+        assert f"grid.{op}.default" in rec.ops, rec.ops
+
+
+def _op_samples(device):
+    f = torch.randn(4, 3, 5, 6, device=device, dtype=torch.float64, requires_grad=True)
+    p = random_points((7,), device, torch.float64).requires_grad_()
+    g = torch.randn(7, 6, device=device, dtype=torch.float64)
+    c = torch.randn(7, 8, 6, device=device, dtype=torch.float64, requires_grad=True)
+    return f, p, g, c
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    f, p, g, c = _op_samples(device)
+    ops = torch.ops.grid
+    # The backward ops get inputs that need no gradient: their own backward (double backward)
+    # is not implemented and raises, which test_double_backward_raises_... checks.
+    fd, pd, cd = f.detach(), p.detach(), c.detach()
+    for align_corners, padding in ((True, "zeros"), (False, "border")):
+        torch.library.opcheck(ops.sample, (f, p, align_corners, padding))
+        torch.library.opcheck(ops.sample_backward, (g, fd, pd, align_corners, padding, [True, True]))
+        torch.library.opcheck(ops.sample_backward, (g, fd, pd, align_corners, padding, [False, True]))
+    torch.library.opcheck(ops.trilinear, (c, p))
+    torch.library.opcheck(ops.trilinear_backward, (g, cd, pd, [True, True]))
+    torch.library.opcheck(ops.trilinear_backward, (g, cd, pd, [True, False]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+
+    def model(features, points, corners):
+        a = grid.sample(features, points, align_corners=False, padding="border")
+        b = grid.trilinear(corners, points.reshape(-1, 3).clamp(-1, 1))
+        return (a.reshape(-1, a.shape[-1]) * b).sum() + a.square().mean()
+
+    f32 = torch.float32
+    features = torch.randn(5, 4, 6, 8, device=device, dtype=f32, requires_grad=True)
+    points = random_points((3, 10), device).requires_grad_()
+    corners = torch.randn(30, 8, 8, device=device, requires_grad=True)
+    compiled = torch.compile(model, fullgraph=True)
+    want = model(features, points, corners)
+    got = compiled(features, points, corners)
+    assert_close(got, want)
+    for a, b in zip(torch.autograd.grad(got, (features, points, corners)),
+                    torch.autograd.grad(want, (features, points, corners))):
+        assert_close(a, b)
+
+
+# ---- bad input ------------------------------------------------------------------------
+
+
+BAD_SAMPLE = [
+    (lambda d: (torch.randn(4, 4, 4, device=d), torch.zeros(2, 3, device=d)), "features: expected shape"),
+    (lambda d: (torch.randn(4, 4, 4, 2, 1, device=d), torch.zeros(2, 3, device=d)), "features: expected shape"),
+    (lambda d: (torch.randn(4, 0, 4, 2, device=d), torch.zeros(2, 3, device=d)), "features: expected every axis"),
+    (lambda d: (torch.randn(4, 4, 4, 0, device=d), torch.zeros(2, 3, device=d)), "features: expected every axis"),
+    (lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros(2, 2, device=d)), r"points: expected shape \[\.\.\., 3\]"),
+    (lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros((), device=d)), r"points: expected shape \[\.\.\., 3\]"),
+    (lambda d: (torch.ones(4, 4, 4, 2, device=d, dtype=torch.int64), torch.zeros(2, 3, device=d)), "features: expected a floating-point"),
+    (lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros(2, 3, device=d, dtype=torch.int32)), "points: expected a floating-point"),
+    (lambda d: (torch.randn(4, 4, 4, 2, device=d, dtype=torch.float64), torch.zeros(2, 3, device=d)), "points: expected dtype"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(len(BAD_SAMPLE)))
+def test_sample_bad_input(device, case):
+    make, message = BAD_SAMPLE[case]
+    features, points = make(device)
+    with pytest.raises(RuntimeError, match=message):
+        grid.sample(features, points)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_bad_padding(device):
+    with pytest.raises(RuntimeError, match="padding: expected 'zeros' or 'border', got 'reflection'"):
+        grid.sample(torch.randn(2, 2, 2, 1, device=device), torch.zeros(1, 3, device=device), padding="reflection")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_trilinear_bad_input(device):
+    c, l = torch.randn(5, 8, 2, device=device), torch.zeros(5, 3, device=device)
+    with pytest.raises(RuntimeError, match=r"corners: expected shape \[N, 8, F\]"):
+        grid.trilinear(torch.randn(5, 7, 2, device=device), l)
+    with pytest.raises(RuntimeError, match=r"local: expected shape \[N, 3\] with N = 5"):
+        grid.trilinear(c, torch.zeros(4, 3, device=device))
+    with pytest.raises(RuntimeError, match="corners: expected a floating-point"):
+        grid.trilinear(c.long(), l)
+
+
+@needs_cuda
+def test_mismatched_devices():
+    with pytest.raises(RuntimeError, match="points: expected a tensor on the same device as features"):
+        grid.sample(torch.randn(2, 2, 2, 1, device="cuda"), torch.zeros(1, 3))
+    with pytest.raises(RuntimeError, match="local: expected a tensor on the same device as corners"):
+        grid.trilinear(torch.randn(1, 8, 2, device="cuda"), torch.zeros(1, 3))
+
+
+def test_fake_shapes_raise_the_same_errors():
+    """Under torch.compile the shape rules run instead of the kernels; they name the argument too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        with pytest.raises(RuntimeError, match="points: expected shape"):
+            torch.ops.grid.sample(torch.randn(2, 2, 2, 1), torch.zeros(1, 2), True, "zeros")
+        with pytest.raises(RuntimeError, match="padding: expected"):
+            torch.ops.grid.sample(torch.randn(2, 2, 2, 1), torch.zeros(1, 3), True, "bogus")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_double_backward_raises_instead_of_silently_wrong(device):
+    features = torch.randn(3, 3, 3, 2, device=device, requires_grad=True)
+    points = random_points((4,), device).requires_grad_()
+    (gp,) = torch.autograd.grad(grid.sample(features, points).sum(), points, create_graph=True)
+    with pytest.raises(NotImplementedError, match="grid.sample: gradients of gradients"):
+        gp.sum().backward()
