@@ -7,6 +7,7 @@
 #include <array>
 #include <tuple>
 
+#include "cell_stream.h"
 #include "checks.h"
 #include "dispatch.h"
 #include "trilinear_math.h"
@@ -21,8 +22,10 @@ void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts
   using acc_t = acc_type<scalar_t>;
   const int64_t F = shape.F;
   at::parallel_for(0, N, std::max<int64_t>(1, 4096 / F), [&](int64_t begin, int64_t end) {
+    CellStream<acc_t, point_t, scalar_t> cells(pts, shape, align_corners, border, feat, false,
+                                               begin, end);
     for (int64_t n = begin; n < end; ++n) {
-      const Cell<acc_t> cell = locate_cell<acc_t>(pts + 3 * n, shape, align_corners, border);
+      const Cell<acc_t> cell = cells.get(n);
       acc_t dweight[3][8];
       corner_weight_grads<acc_t>(cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac,
                                  dweight);
@@ -52,8 +55,10 @@ void grad_features_cpu(const scalar_t* g, const point_t* pts, acc_type<scalar_t>
   const int64_t rows = shape.size[0] * Y;
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
   at::parallel_for(0, rows, (rows + tasks - 1) / tasks, [&](int64_t row_begin, int64_t row_end) {
+    CellStream<acc_t, point_t, acc_t> cells(pts, shape, align_corners, border, gf, true, 0, N,
+                                            row_begin, row_end);
     for (int64_t n = 0; n < N; ++n) {
-      const Cell<acc_t> cell = locate_cell<acc_t>(pts + 3 * n, shape, align_corners, border);
+      const Cell<acc_t> cell = cells.get(n);
       if (!cell.any) continue;
       for (int k = 0; k < 8; ++k) {
         if (!cell.valid[k]) continue;

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "cell_stream.h"
 #include "checks.h"
 #include "dispatch.h"
 #include "trilinear_math.h"
@@ -32,8 +33,10 @@ at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
     const int64_t grain = std::max<int64_t>(1, 4096 / F);
     at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
       std::vector<acc_t> row(F);
+      CellStream<acc_t, point_t, scalar_t> cells(pts, shape, align_corners, border, feat, false,
+                                                 begin, end);
       for (int64_t n = begin; n < end; ++n) {
-        const Cell<acc_t> cell = locate_cell<acc_t>(pts + 3 * n, shape, align_corners, border);
+        const Cell<acc_t> cell = cells.get(n);
         std::fill(row.begin(), row.end(), acc_t(0));
         for (int k = 0; k < 8; ++k) {
           if (!cell.valid[k]) continue;
