@@ -280,7 +280,14 @@ class VoxelGrid(nn.Module):
                     resized.mul_(ratio**2 if second else ratio)
                 state[key] = resized
 
-        param.data = _resample(param.data, new)
+        resized = _resample(param.data, new)
+        # Autograd caches the parameter's gradient accumulator, with the old shape, for
+        # as long as any graph that used it is alive (e.g. last step's `loss`); a plain
+        # `.data` swap keeps it and the next backward fails on the shape. set_data drops
+        # the cached accumulator when the dtype changes, so pass through another dtype.
+        other = torch.float64 if param.dtype != torch.float64 else torch.float32
+        param.data = torch.empty(0, dtype=other, device=param.device)
+        param.data = resized
         param.grad = None
 
 

@@ -141,6 +141,17 @@ def test_upsample_interpolates_the_old_grid():
     torch.testing.assert_close(g.features, old(voxel_positions(g)))
 
 
+def test_upsample_while_an_old_graph_is_alive():
+    g = VoxelGrid(4, 2, init="normal", init_scale=1.0)
+    pts = torch.rand(64, 3) * 2 - 1
+    old_loss = g(pts).square().mean() + g.total_variation()
+    old_loss.backward()  # `old_loss` keeps its graph, and autograd's view of the parameter
+    g.upsample(7)
+    loss = g(pts).square().mean() + g.total_variation()
+    loss.backward()
+    assert g.features.grad.shape == (7, 7, 7, 2)
+
+
 def test_upsample_rejects_shrinking():
     g = VoxelGrid(8, 1)
     with pytest.raises(ValueError, match=r"resolution: expected no axis smaller"):

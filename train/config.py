@@ -43,7 +43,7 @@ TARGET_KINDS = ("density", "sphere", "torus", "box", "npy")
 SDF_KINDS = ("sphere", "torus", "box")
 #: The keys of [target] that each kind reads (besides `kind`).
 KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "density": ("blobs", "frequency", "detail", "seed"),
+    "density": ("blobs", "frequency", "thickness", "detail", "seed"),
     "sphere": ("radius", "center"),
     "torus": ("major_radius", "minor_radius", "center"),
     "box": ("half_size", "center"),
@@ -58,11 +58,15 @@ class TargetConfig:
         "(signed distances) or `npy` (a volume from a file).",
         "density",
     )
-    blobs: int = _doc("density: number of Gaussian blobs making the envelope.", 12)
+    blobs: int = _doc("density: number of Gaussian blobs making the envelope.", 16)
     frequency: float = _doc(
-        "density: gyroid detail frequency, in periods across a box of width 2.", 3.0
+        "density: gyroid frequency, in periods across a width of 2 (finer: higher).", 3.0
     )
-    detail: float = _doc("density: gyroid modulation depth in [0, 1] (0 = blobs only).", 0.5)
+    thickness: float = _doc("density: membrane thickness, in gyroid units (finer: lower).", 0.5)
+    detail: float = _doc(
+        "density: share of the envelope carved into membranes, in [0, 1] (0: blobs only).",
+        0.8,
+    )
     seed: int = _doc("density: seed of the blob layout (independent of the training seed).", 0)
     radius: float = _doc("sphere: radius.", 0.6)
     center: list[float] = _doc("sphere, torus, box: centre of the shape.", [0.0, 0.0, 0.0])
@@ -339,6 +343,7 @@ def validate(config: Config, explicit_target: set[str] = frozenset()) -> None:
     if t.blobs < 1:
         raise ConfigError(f"target.blobs: expected an integer >= 1, got {t.blobs}")
     _positive(t.frequency, "target.frequency")
+    _positive(t.thickness, "target.thickness")
     if not 0 <= t.detail <= 1:
         raise ConfigError(f"target.detail: expected a number in [0, 1], got {t.detail}")
     _positive(t.radius, "target.radius")

@@ -48,41 +48,52 @@ class Target:
 
 
 class Density(Target):
-    """A smooth procedural density: Gaussian blobs modulated by a gyroid.
+    """A smooth procedural density: Gaussian blobs carved into gyroid membranes.
 
     `envelope(p) = sum_i a_i exp(-|p - c_i|^2 / (2 s_i^2))` with blob centres,
-    widths and amplitudes drawn from `seed`, multiplied by
-    `1 + detail * gyroid(k p) / 1.5`, where `gyroid(q) = sin qx cos qy + sin qy cos qz
-    + sin qz cos qx` (in [-1.5, 1.5]) and `k = pi * frequency` (`frequency` periods
-    across a width of 2). Non-negative, infinitely smooth, with thin maze-like
-    sheets whose sharpness `frequency` controls.
+    widths and amplitudes drawn from `seed`. The detail is a gyroid
+    `G(q) = sin qx cos qy + sin qy cos qz + sin qz cos qx` evaluated at
+    `q = k R p + phase` (`k = pi * frequency`, i.e. `frequency` periods across a
+    width of 2; a random rotation R and phase from `seed`, so the axis slices are
+    not degenerate). Density concentrates on thin sheets around G = 0:
+
+        density(p) = envelope(p) * (1 - detail + detail * exp(-(G / thickness)^2))
+
+    Non-negative and infinitely smooth; `frequency` and `thickness` set how fine
+    the membranes are (thinner and denser sheets need finer grids).
     """
 
     name = "density"
 
-    def __init__(self, blobs: int, frequency: float, detail: float, seed: int) -> None:
+    def __init__(
+        self, blobs: int, frequency: float, thickness: float, detail: float, seed: int
+    ) -> None:
         gen = torch.Generator().manual_seed(seed)
-        self.centres = (torch.rand(blobs, 3, generator=gen) * 2 - 1) * 0.6  # [B, 3]
-        self.widths = 0.12 + 0.22 * torch.rand(blobs, generator=gen)  # [B]
-        self.amplitudes = 0.5 + 0.5 * torch.rand(blobs, generator=gen)  # [B]
+        self.centres = (torch.rand(blobs, 3, generator=gen) * 2 - 1) * 0.75  # [B, 3]
+        self.widths = 0.1 + 0.2 * torch.rand(blobs, generator=gen)  # [B]
+        self.amplitudes = 0.3 + 0.7 * torch.rand(blobs, generator=gen)  # [B]
+        self.rotation, _ = torch.linalg.qr(torch.randn(3, 3, generator=gen))  # [3, 3]
+        self.phase = torch.rand(3, generator=gen) * 2 * math.pi  # [3]
         self.k = math.pi * frequency
+        self.thickness = thickness
         self.detail = detail
 
     def to(self, device: torch.device) -> Density:
-        for name in ("centres", "widths", "amplitudes"):
+        for name in ("centres", "widths", "amplitudes", "rotation", "phase"):
             setattr(self, name, getattr(self, name).to(device))
         return self
 
     def __call__(self, xyz: Tensor) -> Tensor:
         xyz = xyz.float()
-        d2 = (xyz[..., None, :] - self.centres).square().sum(-1)  # [..., B]
-        envelope = (self.amplitudes * torch.exp(-d2 / (2 * self.widths.square()))).sum(-1)
-        q = xyz * self.k
+        # |p - c|^2 = |p|^2 - 2 p.c + |c|^2, through a matmul: no [..., B, 3] temporary.
+        d2 = xyz.square().sum(-1, keepdim=True) - 2 * xyz @ self.centres.T
+        d2 = (d2 + self.centres.square().sum(-1)).clamp_min(0)  # [..., B]
+        envelope = torch.exp(d2 * (-0.5 / self.widths.square())) @ self.amplitudes  # [...]
+        q = xyz @ self.rotation.T * self.k + self.phase  # [..., 3]
         s, c = torch.sin(q), torch.cos(q)
-        gyroid = (
-            s[..., 0] * c[..., 1] + s[..., 1] * c[..., 2] + s[..., 2] * c[..., 0]
-        )  # [...], in [-1.5, 1.5]
-        return envelope * (1 + self.detail * gyroid / 1.5)
+        gyroid = s[..., 0] * c[..., 1] + s[..., 1] * c[..., 2] + s[..., 2] * c[..., 0]
+        sheets = torch.exp(-(gyroid / self.thickness).square())  # [...], in (0, 1]
+        return envelope * (1 - self.detail + self.detail * sheets)
 
 
 class Sphere(Target):
@@ -176,7 +187,7 @@ def make_target(config: TargetConfig, bounds: list[list[float]]) -> Target:
     """The target described by `config` (a validated [target] table)."""
     c = config
     if c.kind == "density":
-        return Density(c.blobs, c.frequency, c.detail, c.seed)
+        return Density(c.blobs, c.frequency, c.thickness, c.detail, c.seed)
     if c.kind == "sphere":
         return Sphere(c.radius, c.center)
     if c.kind == "torus":
