@@ -1,0 +1,878 @@
+"""Benchmark the grid operators against plain PyTorch and `F.grid_sample`.
+
+    python bench/bench_ops.py [--device cuda|cpu|auto] [--only P1,S2,...] [--json PATH]
+                              [--quick] [--cpu-threads N] [--warmup N] [--reps N]
+
+Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
+    P1  grid.trilinear, N = 65536, F = 256: forward, backward (grads to corners and local,
+        the backward op alone), backward with the grad to corners only; vs grid.reference.
+    P2  the same with N = 2^20, F = 16.
+    S1  grid.sample, R = 128, F = 16, rays (4096 rays x 256 samples): forward and
+        forward+backward (grads to features and points); vs F.grid_sample on the
+        channels-first [1, F, Z, Y, X] copy of the grid (made outside the timed region).
+    S2  S1 with 2^20 points uniform in [-1, 1]^3.
+    S3  R = 256, F = 32, rays.
+    S4  S1 with bfloat16 features (float32 points); vs our own float32 S1, and vs
+        F.grid_sample in bfloat16.
+    T1  one VoxelGrid training step (forward, MSE, backward to features, Adam step),
+        R = 128, F = 16, 2^20 uniform points; vs the same step with F.grid_sample.
+    C1  CPU (always), grid.sample R = 128, F = 16, 2^18 uniform points, forward and
+        forward+backward; vs F.grid_sample on the CPU.
+
+Every time is a median over repetitions (CUDA events on the GPU, perf_counter on the
+CPU). The "floor" is the minimal bytes a workload must move divided by the copy
+bandwidth measured in the same run (bench/NOTES.md has the byte formulas); "% of
+ceiling" = floor / measured. Prints one table and writes JSON plus a markdown table
+next to it (default bench/results/bench.json and bench.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import grid  # noqa: E402
+from grid import reference  # noqa: E402
+
+WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "T1", "C1")
+MB = 2**20
+
+# name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.
+FULL = {
+    "P1": {"n": 65536, "f": 256},
+    "P2": {"n": 2**20, "f": 16},
+    "S1": {"r": 128, "f": 16, "rays": (4096, 256)},
+    "S2": {"r": 128, "f": 16, "n": 2**20},
+    "S3": {"r": 256, "f": 32, "rays": (4096, 256)},
+    "S4": {"r": 128, "f": 16, "rays": (4096, 256)},
+    "T1": {"r": 128, "f": 16, "n": 2**20},
+    "C1": {"r": 128, "f": 16, "n": 2**18},
+}
+QUICK = {
+    "P1": {"n": 16384, "f": 64},
+    "P2": {"n": 2**17, "f": 16},
+    "S1": {"r": 64, "f": 16, "rays": (512, 128)},
+    "S2": {"r": 64, "f": 16, "n": 2**16},
+    "S3": {"r": 96, "f": 32, "rays": (512, 128)},
+    "S4": {"r": 64, "f": 16, "rays": (512, 128)},
+    "T1": {"r": 64, "f": 16, "n": 2**16},
+    "C1": {"r": 64, "f": 16, "n": 2**16},
+}
+
+
+# ---- timing -----------------------------------------------------------------------
+
+
+class Ctx:
+    """What every workload needs: devices, repetition counts, copy bandwidths (GB/s)."""
+
+    def __init__(self, args, device: torch.device):
+        self.device = device
+        self.quick = args.quick
+        cuda = device.type == "cuda"
+        self.warmup = {"cuda": 3 if args.quick else 10, "cpu": 1 if args.quick else 2}
+        self.reps = {"cuda": 10 if args.quick else 30, "cpu": 5}
+        if args.warmup is not None:
+            self.warmup = dict.fromkeys(self.warmup, args.warmup)
+        if args.reps is not None:
+            self.reps = dict.fromkeys(self.reps, args.reps)
+        # 256 MiB on the CPU: smaller copies measured unstable (cache, page effects).
+        self.copy_bytes = {"cuda": 2**28 if args.quick else 2**30, "cpu": 2**28}
+        self.bandwidth: dict[str, float] = {}
+        self.bandwidth_stats: dict[str, dict] = {}
+        if cuda:
+            self.gbps(device)
+
+    def gbps(self, device: torch.device) -> float:
+        """Copy bandwidth of `device` in GB/s (bytes read + written), measured once."""
+        kind = device.type
+        if kind not in self.bandwidth:
+            n = self.copy_bytes[kind] // 4
+            src = torch.rand(n, device=device)
+            dst = torch.empty_like(src)
+            t = timeit(lambda: dst.copy_(src), device, self.warmup[kind], self.reps[kind])
+            self.bandwidth[kind] = 2 * n * 4 / (t["median"] * 1e-3) / 1e9
+            self.bandwidth_stats[kind] = {"bytes_copied": n * 4, **t}
+            del src, dst
+            free_memory()
+        return self.bandwidth[kind]
+
+    def time(self, fn, device: torch.device) -> dict:
+        return timeit(fn, device, self.warmup[device.type], self.reps[device.type])
+
+
+def timeit(fn, device: torch.device, warmup: int, reps: int) -> dict:
+    """Median (and spread) in ms of `fn()`; CUDA events per repetition on the GPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(reps)
+        ]
+        for start, end in events:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(device)
+        times = [start.elapsed_time(end) for start, end in events]
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    s = sorted(times)
+
+    def q(p: float) -> float:
+        return s[round(p * (len(s) - 1))]
+
+    return {
+        "median": q(0.5),
+        "min": s[0],
+        "max": s[-1],
+        "p20": q(0.2),
+        "p80": q(0.8),
+        "reps": reps,
+        "warmup": warmup,
+    }
+
+
+def peak_mb(fn, device: torch.device) -> float | None:
+    """Peak CUDA memory of one `fn()` above what was allocated before it, in MB."""
+    if device.type != "cuda":
+        return None
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    result = fn()
+    torch.cuda.synchronize(device)
+    del result
+    return (torch.cuda.max_memory_allocated(device) - before) / MB
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def attempt(fn):
+    """(fn(), None), or (None, 'ErrorType: message') if it raises."""
+    try:
+        return fn(), None
+    except Exception as error:  # noqa: BLE001 - a failing baseline must not lose the row
+        return None, f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+
+
+# ---- inputs -----------------------------------------------------------------------
+
+
+def generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def uniform_points(n: int, device, gen) -> torch.Tensor:
+    """[n, 3] uniform in [-1, 1]^3."""
+    return torch.rand(n, 3, device=device, generator=gen) * 2 - 1
+
+
+def ray_points(n_rays: int, n_samples: int, device, gen) -> torch.Tensor:
+    """[n_rays, n_samples, 3]: origins on spheres of radius 1.5-2 around the cube, each ray
+    aimed at a random point of the cube, samples evenly spaced on its segment inside the
+    cube, ordered ray by ray (like a NeRF batch)."""
+    direction = torch.randn(n_rays, 3, device=device, generator=gen)
+    radius = 1.5 + 0.5 * torch.rand(n_rays, 1, device=device, generator=gen)
+    origin = direction / direction.norm(dim=1, keepdim=True) * radius
+    aim = torch.rand(n_rays, 3, device=device, generator=gen) * 2 - 1
+    d = aim - origin
+    d = d / d.norm(dim=1, keepdim=True)
+    t_a, t_b = (-1 - origin) / d, (1 - origin) / d  # slab test against [-1, 1]^3
+    t_near = torch.minimum(t_a, t_b).amax(dim=1, keepdim=True)
+    t_far = torch.maximum(t_a, t_b).amin(dim=1, keepdim=True)
+    steps = (torch.arange(n_samples, device=device) + 0.5) / n_samples
+    t = t_near + (t_far - t_near) * steps  # [n_rays, n_samples]
+    points = origin[:, None, :] + t[..., None] * d[:, None, :]
+    return points.clamp(-1, 1).contiguous()
+
+
+def make_points(size: dict, device, gen) -> torch.Tensor:
+    if "rays" in size:
+        return ray_points(*size["rays"], device, gen)
+    return uniform_points(size["n"], device, gen)
+
+
+def touched_voxels(points: torch.Tensor, r: int) -> int:
+    """Distinct in-range voxels among the eight corners of every point's cell
+    (align_corners=True): the least grid data any kernel must read."""
+    index = (points.reshape(-1, 3).float() + 1) / 2 * (r - 1)
+    base = index.floor().long()
+    seen = torch.zeros(r**3, dtype=torch.bool, device=points.device)
+    for k in range(8):
+        c = base + torch.tensor(reference.CORNER_OFFSETS[k], device=points.device)
+        valid = ((c >= 0) & (c < r)).all(dim=1)
+        c = c[valid]
+        seen[(c[:, 0] * r + c[:, 1]) * r + c[:, 2]] = True
+    return int(seen.sum())
+
+
+def grid_sample(cf: torch.Tensor, points5: torch.Tensor) -> torch.Tensor:
+    """The baseline: channels-first [1, F, Z, Y, X], points [1, 1, 1, N, 3] -> [1, F, 1, 1, N]."""
+    return F.grid_sample(cf, points5, mode="bilinear", padding_mode="zeros", align_corners=True)
+
+
+@torch.no_grad()
+def rel_err(ours: torch.Tensor, base: torch.Tensor) -> float:
+    """max |ours - base| / max |base|."""
+    ours, base = ours.double(), base.double()
+    return float((ours - base).abs().max() / base.abs().max().clamp(min=1e-30))
+
+
+def attach_check(rows: list[dict], check: dict, tol: float) -> None:
+    """Record the correctness check on every row: a fast wrong kernel must not pass."""
+    ok = None if "error" in check else all(v <= tol for v in check.values())
+    for row in rows:
+        row.update(check=check, check_tol=tol, check_ok=ok)
+
+
+# ---- rows -------------------------------------------------------------------------
+
+
+def measure(ctx: Ctx, fn, device: torch.device, *, peak: bool = False) -> dict:
+    """Time `fn` (and its peak memory); an error is recorded, not raised."""
+    stats, error = attempt(lambda: ctx.time(fn, device))
+    mb = attempt(lambda: peak_mb(fn, device))[0] if peak and stats else None
+    return {"stats": stats, "error": error, "peak_mb": mb}
+
+
+def make_row(name, key, pass_, ours, base_name, base, nbytes, bandwidth, grid_mb, note):
+    """One table row; `ours`/`base` come from measure(), bandwidth is in GB/s."""
+    ours_ms = ours["stats"]["median"] if ours["stats"] else None
+    base_ms = base["stats"]["median"] if base and base["stats"] else None
+    floor_ms = nbytes / (bandwidth * 1e9) * 1e3 if nbytes and bandwidth else None
+    return {
+        "workload": name,
+        "key": key,
+        "pass": pass_,
+        "ours_ms": ours_ms,
+        "ours": ours["stats"],
+        "ours_error": ours["error"],
+        "peak_mb": ours["peak_mb"],
+        "baseline": base_name,
+        "baseline_ms": base_ms,
+        "baseline_stats": base and base["stats"],
+        "baseline_error": base and base["error"],
+        "baseline_peak_mb": base and base["peak_mb"],
+        "speedup": base_ms / ours_ms if ours_ms and base_ms else None,
+        "bytes": nbytes,
+        "bandwidth_gbps": bandwidth,
+        "floor_ms": floor_ms,
+        "pct_ceiling": floor_ms / ours_ms if floor_ms and ours_ms else None,
+        "achieved_gbps": nbytes / (ours_ms * 1e-3) / 1e9 if nbytes and ours_ms else None,
+        "grid_mb": grid_mb,
+        "note": note,
+    }
+
+
+# ---- P: trilinear on pre-gathered corners -----------------------------------------
+
+
+def trilinear_bytes(n: int, f: int, e: int = 4) -> dict[str, int]:
+    return {
+        "fw": n * 8 * f * e + n * 3 * e + n * f * e,  # read corners, local; write out
+        # read grad_out, corners, local; write grad_corners, grad_local
+        "bw": n * f * e + 2 * n * 8 * f * e + 2 * n * 3 * e,
+        # read grad_out, local; write grad_corners (corner values are not needed)
+        "bw_corners": n * f * e + n * 3 * e + n * 8 * f * e,
+    }
+
+
+def bench_trilinear(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    dev, n, f = ctx.device, size["n"], size["f"]
+    gen = generator(dev, seed)
+    corners = torch.randn(n, 8, f, device=dev, generator=gen)
+    local = uniform_points(n, dev, gen)
+    g = torch.randn(n, f, device=dev, generator=gen)
+    c, lo = corners.detach().requires_grad_(), local.detach().requires_grad_()
+
+    out, ref = grid.trilinear(c, lo), reference.trilinear(c, lo)
+    check = {"fw_rel_err": rel_err(out, ref)}
+    grads, ref_grads = torch.autograd.grad(out, [c, lo], g), torch.autograd.grad(ref, [c, lo], g)
+    check["grad_corners_rel_err"] = rel_err(grads[0], ref_grads[0])
+    check["grad_local_rel_err"] = rel_err(grads[1], ref_grads[1])
+    del out, ref, grads, ref_grads
+
+    def backward(op, local_in):
+        """Time the backward alone: one forward, then autograd.grad with retain_graph.
+        For the corners-only pass `local` must not require grad (else both are computed)."""
+        inputs = [c, local_in] if local_in.requires_grad else [c]
+        held = [op(c, local_in)]  # the graph, freed before the forward+backward peak
+        stats = measure(
+            ctx, lambda: torch.autograd.grad(held[0], inputs, g, retain_graph=True), dev
+        )
+        held.clear()
+        fwbw = measure(ctx, lambda: torch.autograd.grad(op(c, local_in), inputs, g), dev, peak=True)
+        stats["peak_mb"] = fwbw["peak_mb"]  # peak of forward+backward, above the inputs
+        stats["fwbw"] = fwbw["stats"]
+        return stats
+
+    ours = {
+        "fw": measure(ctx, lambda: grid.trilinear(corners, local), dev),
+        "bw": backward(grid.trilinear, lo),
+        "bw_corners": backward(grid.trilinear, local),
+    }
+    base = {
+        "fw": measure(ctx, lambda: reference.trilinear(corners, local), dev),
+        "bw": backward(reference.trilinear, lo),
+        "bw_corners": backward(reference.trilinear, local),
+    }
+    nbytes, bw = trilinear_bytes(n, f), ctx.gbps(dev)
+    note = f"N={n} F={f}; grid MB = the corners tensor"
+    passes = {"fw": "fw", "bw": "bw (corners+local)", "bw_corners": "bw (corners)"}
+    rows = []
+    for key, pass_ in passes.items():
+        rows.append(
+            make_row(name, key, pass_, ours[key], "PyTorch (reference)", base[key],
+                     nbytes[key], bw, corners.numel() * 4 / MB, note)
+        )  # fmt: skip
+        rows[-1]["ours_fwbw"] = ours[key].get("fwbw")
+        rows[-1]["baseline_fwbw"] = base[key].get("fwbw")
+    attach_check(rows, check, 1e-4)
+    return rows
+
+
+# ---- S / C: sample on a dense grid ------------------------------------------------
+
+
+def sample_bytes(n: int, f: int, voxels: int, touched: int, elem: int) -> dict[str, int]:
+    """Minimal bytes of forward and forward+backward; points are float32.
+
+    forward: read the touched voxels once, the points; write the output.
+    backward: read grad_out, the points and the touched voxels (for the grad to points);
+    write the whole grad grid once (it is dense) and the grad to points.
+    """
+    fw = touched * f * elem + n * 3 * 4 + n * f * elem
+    bw = n * f * elem + n * 3 * 4 + touched * f * elem + voxels * f * elem + n * 3 * 4
+    return {"fw": fw, "fwbw": fw + bw}
+
+
+class SampleCase:
+    """One grid + points + grad_out, timed through grid.sample and F.grid_sample."""
+
+    def __init__(self, ctx: Ctx, size: dict, seed: int, device: torch.device):
+        gen = generator(device, seed)
+        r, f = size["r"], size["f"]
+        self.ctx, self.device, self.r, self.f = ctx, device, r, f
+        self.features = torch.randn(r, r, r, f, device=device, generator=gen)
+        self.points = make_points(size, device, gen)
+        self.n = self.points.numel() // 3
+        self.grad = torch.randn(*self.points.shape[:-1], f, device=device, generator=gen)
+        self.touched = touched_voxels(self.points, r)
+        kind = f"rays {size['rays'][0]}x{size['rays'][1]}" if "rays" in size else "uniform"
+        self.note = f"R={r} F={f} N={self.n} {kind}, touches {self.touched / r**3:.0%} of voxels"
+
+    def to(self, dtype) -> SampleCase:
+        """The same case with features and grad_out in `dtype` (points stay float32)."""
+        other = object.__new__(SampleCase)
+        other.__dict__.update(self.__dict__)
+        other.features, other.grad = self.features.to(dtype), self.grad.to(dtype)
+        return other
+
+    @property
+    def grid_mb(self) -> float:
+        return self.features.numel() * self.features.element_size() / MB
+
+    @property
+    def nbytes(self) -> dict[str, int]:
+        elem = self.features.element_size()
+        return sample_bytes(self.n, self.f, self.r**3, self.touched, elem)
+
+    def ours(self) -> dict:
+        feats, points, g, dev = self.features, self.points, self.grad, self.device
+        fg, pg = feats.detach().requires_grad_(), points.detach().requires_grad_()
+
+        def fwbw():
+            return torch.autograd.grad(grid.sample(fg, pg), [fg, pg], g)
+
+        return {
+            "fw": measure(self.ctx, lambda: grid.sample(feats, points), dev),
+            "fwbw": measure(self.ctx, fwbw, dev, peak=True),
+        }
+
+    def baseline(self) -> dict:
+        """F.grid_sample on the channels-first grid (points cast to the grid's dtype, as
+        grid_sample requires one dtype). The permuted copy is made outside the timing."""
+        f, dev = self.f, self.device
+        cf = self.features.permute(3, 2, 1, 0)[None].contiguous()  # what its users store
+        p5 = self.points.reshape(1, 1, 1, -1, 3).to(cf.dtype)
+        g_cf = self.grad.reshape(-1, f).T.reshape(1, f, 1, 1, -1).contiguous()
+        cfg, p5g = cf.detach().requires_grad_(), p5.detach().requires_grad_()
+
+        def fwbw():
+            return torch.autograd.grad(grid_sample(cfg, p5g), [cfg, p5g], g_cf)
+
+        return {
+            "fw": measure(self.ctx, lambda: grid_sample(cf, p5), dev),
+            "fwbw": measure(self.ctx, fwbw, dev, peak=True),
+        }
+
+    def check(self) -> dict:
+        """Relative max errors of grid.sample against float32 F.grid_sample (fw and grads)."""
+        fg = self.features.detach().requires_grad_()
+        pg = self.points.detach().requires_grad_()
+        cf = self.features.float().permute(3, 2, 1, 0)[None].contiguous().requires_grad_()
+        p5 = self.points.detach().reshape(1, 1, 1, -1, 3).requires_grad_()
+        ours = grid.sample(fg, pg)
+        base = grid_sample(cf, p5).reshape(self.f, -1).T.reshape(ours.shape)
+        gf, gp = torch.autograd.grad(ours, [fg, pg], self.grad)
+        gcf, gp5 = torch.autograd.grad(base, [cf, p5], self.grad.float())
+        return {
+            "fw_rel_err": rel_err(ours, base),
+            "grad_features_rel_err": rel_err(gf, gcf[0].permute(3, 2, 1, 0)),
+            "grad_points_rel_err": rel_err(gp.reshape(-1, 3), gp5.reshape(-1, 3)),
+        }
+
+
+def checked(case: SampleCase) -> dict:
+    result, error = attempt(case.check)
+    return result if error is None else {"error": error}
+
+
+def sample_rows(name, case, ours, base_name, base, keys=("fw", "fwbw"), suffix="") -> list:
+    bw = case.ctx.gbps(case.device)
+    note = case.note
+    if case.device.type == "cpu":
+        note += f", {torch.get_num_threads()} CPU threads"
+    rows = []
+    for key in keys:
+        pass_ = {"fw": "fw", "fwbw": "fw+bw"}[key]
+        rows.append(
+            make_row(name, key + suffix, pass_, ours[key], base_name, base[key],
+                     case.nbytes[key], bw, case.grid_mb, note)
+        )  # fmt: skip
+        rows[-1]["touched_voxels"] = case.touched
+    return rows
+
+
+def bench_sample(ctx: Ctx, name: str, size: dict, seed: int, device=None) -> list[dict]:
+    case = SampleCase(ctx, size, seed, device or ctx.device)
+    check = checked(case)
+    rows = sample_rows(name, case, case.ours(), "F.grid_sample", case.baseline())
+    attach_check(rows, check, 1e-4)
+    return rows
+
+
+def bench_bf16(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    fp32 = SampleCase(ctx, size, seed, ctx.device)
+    bf16 = fp32.to(torch.bfloat16)
+    bf16.note += ", bf16 features, fp32 points"
+    check = checked(bf16)
+    ours16, ours32 = bf16.ours(), fp32.ours()
+    rows = sample_rows(name, bf16, ours16, "ours fp32 (S1)", ours32, suffix="_vs_fp32")
+    rows += sample_rows(name, bf16, ours16, "F.grid_sample bf16", bf16.baseline())
+    attach_check(rows, check, 3e-2)  # bf16 storage: ~2^-8 relative rounding
+    return rows
+
+
+def bench_cpu(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    return bench_sample(ctx, name, size, seed, device=torch.device("cpu"))
+
+
+# ---- T1: a training step -----------------------------------------------------------
+
+
+def adam(params) -> tuple[torch.optim.Optimizer, str]:
+    """Fused Adam, or foreach Adam where this torch/device has no fused kernel."""
+    try:
+        # Some versions only complain at the first step: try one on a scratch tensor.
+        scratch = torch.zeros_like(params[0], requires_grad=True)
+        scratch.grad = torch.zeros_like(scratch)
+        torch.optim.Adam([scratch], lr=1e-2, fused=True).step()
+        return torch.optim.Adam(params, lr=1e-2, fused=True), "Adam fused"
+    except (RuntimeError, ValueError, TypeError) as error:
+        print(f"    fused Adam unavailable ({error}); using foreach", file=sys.stderr)
+        return torch.optim.Adam(params, lr=1e-2, foreach=True), "Adam foreach (fused n/a)"
+
+
+def make_voxel_grid(r: int, f: int, init: torch.Tensor) -> tuple[torch.nn.Module, torch.Tensor]:
+    """A VoxelGrid over [-1, 1]^3 holding `init` ([X, Y, Z, F]); returns it and its parameter."""
+    from grid.voxel_grid import VoxelGrid  # also grid.VoxelGrid once exported
+
+    cube = ((-1.0, -1.0, -1.0), (1.0, 1.0, 1.0))
+    module = VoxelGrid(r, f, bounds=cube, init="zeros", device=init.device)
+    params = dict(module.named_parameters())
+    param = params["features"] if "features" in params else next(iter(params.values()))
+    if len(params) != 1 or tuple(param.shape) != tuple(init.shape):
+        shapes = {k: tuple(v.shape) for k, v in params.items()}
+        raise RuntimeError(f"VoxelGrid: expected one [X, Y, Z, F] parameter, got {shapes}")
+    with torch.no_grad():
+        param.copy_(init)
+    return module, param
+
+
+def train_bytes(n: int, f: int, voxels: int, touched: int) -> int:
+    """Minimal bytes of one step, op by op (float32 throughout)."""
+    grid_bytes = voxels * f * 4
+    fw = touched * f * 4 + n * 12 + n * f * 4  # read touched voxels, points; write out
+    loss = 3 * n * f * 4  # read out and target, write grad_out (the scalar is free)
+    backward = n * f * 4 + n * 12 + grid_bytes  # read grad_out, points; write the grad grid
+    adam_bytes = 7 * grid_bytes  # read param, grad, exp_avg, exp_avg_sq; write three
+    return fw + loss + backward + adam_bytes
+
+
+def bench_train(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    dev, r, f, n = ctx.device, size["r"], size["f"], size["n"]
+    gen = generator(dev, seed)
+    init = torch.randn(r, r, r, f, device=dev, generator=gen)
+    points = uniform_points(n, dev, gen)
+    target = torch.randn(n, f, device=dev, generator=gen)
+
+    module, param = make_voxel_grid(r, f, init)
+    opt, opt_name = adam([param])
+    check = {"fw_rel_err": rel_err(module(points), reference.sample(init, points))}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(module(points), target).backward()
+        opt.step()
+
+    # The same step written for F.grid_sample: channels-first parameter, and the target
+    # stored channels-first too so the loss needs no transpose (the baseline's best case).
+    cf = torch.nn.Parameter(init.permute(3, 2, 1, 0)[None].contiguous())
+    opt_b, _ = adam([cf])
+    p5 = points.reshape(1, 1, 1, n, 3)
+    target_cf = target.T.contiguous()
+
+    def step_base():
+        opt_b.zero_grad(set_to_none=True)
+        F.mse_loss(grid_sample(cf, p5).reshape(f, n), target_cf).backward()
+        opt_b.step()
+
+    ours = measure(ctx, step, dev, peak=True)
+    base = measure(ctx, step_base, dev, peak=True)
+    nbytes = train_bytes(n, f, r**3, touched_voxels(points, r))
+    note = f"R={r} F={f} N={n} uniform, {opt_name}"
+    if dev.type == "cpu":
+        note += f", {torch.get_num_threads()} CPU threads"
+    row = make_row(name, "step", "train step", ours, "F.grid_sample step", base, nbytes,
+                   ctx.gbps(dev), r**3 * f * 4 / MB, note)  # fmt: skip
+    row["steps_per_s"] = 1e3 / row["ours_ms"] if row["ours_ms"] else None
+    row["baseline_steps_per_s"] = 1e3 / row["baseline_ms"] if row["baseline_ms"] else None
+    if row["steps_per_s"] and row["baseline_steps_per_s"]:
+        row["note"] += f"; {row['steps_per_s']:.1f} vs {row['baseline_steps_per_s']:.1f} steps/s"
+    row["optimizer"] = opt_name
+    attach_check([row], check, 1e-4)
+    return [row]
+
+
+BENCHES = {
+    "P1": bench_trilinear,
+    "P2": bench_trilinear,
+    "S1": bench_sample,
+    "S2": bench_sample,
+    "S3": bench_sample,
+    "S4": bench_bf16,
+    "T1": bench_train,
+    "C1": bench_cpu,
+}
+
+
+# ---- targets ---------------------------------------------------------------------
+
+
+def find(rows, workload, key):
+    for row in rows:
+        if row["workload"] == workload and row.get("key") == key:
+            return row
+    return None
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """Every target of the workloads that ran, with its measured value and verdict
+    (an errored measurement counts as missed)."""
+    pct = "achieved bandwidth >= 85% of the copy bandwidth"
+    specs = [
+        ("P1", "fw", "pct", 0.85, pct),
+        ("P1", "bw", "pct", 0.85, pct),
+        ("P2", "fw", "pct", 0.85, pct),
+        ("P2", "bw", "pct", 0.85, pct),
+        ("S1", "fw", "speedup", 5, ">= 5x F.grid_sample"),
+        ("S1", "fwbw", "speedup", 5, ">= 5x F.grid_sample"),
+        ("S2", "fw", "speedup", 2, ">= 2x F.grid_sample"),
+        ("S2", "fwbw", "speedup", 3, ">= 3x F.grid_sample"),
+        ("S3", "fw", "speedup", 5, ">= 5x F.grid_sample"),
+        ("S3", "fwbw", "speedup", 5, ">= 5x F.grid_sample"),
+        ("S4", "fwbw_vs_fp32", "ratio", 0.6, "bf16 time <= 0.6x float32 (S1) time"),
+        ("T1", "step", "speedup", 3, ">= 3x the steps/s of the F.grid_sample step"),
+        ("C1", "fw", "speedup", 5, ">= 5x F.grid_sample on the CPU"),
+        ("C1", "fwbw", "speedup", 5, ">= 5x F.grid_sample on the CPU"),
+    ]
+    result = []
+    for w, key, kind, threshold, text in specs:
+        row = find(rows, w, key)
+        if row is None:
+            continue
+        if kind == "pct":
+            value = row["pct_ceiling"]
+            shown = f"{value:.1%}" if value is not None else "error"
+        elif kind == "speedup":
+            value = row["speedup"]
+            shown = f"{value:.2f}x" if value is not None else "error"
+        else:  # ours / baseline time, smaller is better
+            value = 1 / row["speedup"] if row["speedup"] else None
+            shown = f"{value:.2f}x" if value is not None else "error"
+        if value is None:
+            met = False
+        else:
+            met = value <= threshold if kind == "ratio" else value >= threshold
+        if row.get("check_ok") is False:
+            met, shown = False, shown + " (WRONG RESULTS)"
+        result.append(
+            {
+                "workload": w,
+                "pass": row["pass"],
+                "target": f"{w} {row['pass']}: {text}",
+                "threshold": threshold,
+                "value": value,
+                "shown": shown,
+                "met": met,
+            }
+        )
+    return result
+
+
+# ---- output ------------------------------------------------------------------------
+
+COLUMNS = (
+    "workload",
+    "pass",
+    "ours ms",
+    "baseline",
+    "base ms",
+    "speed-up",
+    "floor ms",
+    "% ceil",
+    "peak MB",
+    "base MB",
+    "grid MB",
+)
+
+
+def fmt_ms(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4f}" if x < 1 else f"{x:.3f}" if x < 100 else f"{x:.1f}"
+
+
+def table_cells(row: dict) -> list[str]:
+    def num(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    ours = fmt_ms(row["ours_ms"]) if not row.get("ours_error") else "ERROR"
+    if row.get("check_ok") is False:
+        ours += " (!)"
+    base = fmt_ms(row["baseline_ms"]) if not row.get("baseline_error") else "ERROR"
+    return [
+        row["workload"],
+        row["pass"],
+        ours,
+        row["baseline"] or "-",
+        base,
+        "-" if row["speedup"] is None else f"{row['speedup']:.2f}x",
+        fmt_ms(row["floor_ms"]),
+        "-" if row["pct_ceiling"] is None else f"{row['pct_ceiling']:.0%}",
+        num(row["peak_mb"], ".1f"),
+        num(row["baseline_peak_mb"], ".1f"),
+        num(row["grid_mb"], ".1f"),
+    ]
+
+
+def text_table(rows: list[dict]) -> str:
+    cells = [list(COLUMNS)] + [table_cells(r) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    left = {0, 1, 3}
+
+    def line(c):
+        return "  ".join(
+            x.ljust(w) if i in left else x.rjust(w)
+            for i, (x, w) in enumerate(zip(c, widths, strict=True))
+        )
+
+    return "\n".join(
+        [line(cells[0]), "  ".join("-" * w for w in widths)] + [line(c) for c in cells[1:]]
+    )
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = "| " + " | ".join(COLUMNS) + " |"
+    align = (
+        "| " + " | ".join("---" if i in (0, 1, 3) else "---:" for i in range(len(COLUMNS))) + " |"
+    )
+    body = ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
+    return "\n".join([head, align, *body])
+
+
+def header(meta: dict) -> str:
+    bw = ", ".join(f"{k} copy {v:.0f} GB/s" for k, v in meta["copy_bandwidth_gbps"].items())
+    bw = bw or "copy bandwidth not measured"
+    return (
+        f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {bw} | "
+        f"CPU threads {meta['cpu_threads']} | grid ops: {meta['grid_ops']}"
+        + (" | QUICK sizes" if meta["quick"] else "")
+    )
+
+
+VERDICT = {True: "met", False: "MISSED", None: "-"}
+
+
+def targets_text(result: list[dict]) -> str:
+    if not result:
+        return "  (no workload with a target ran)"
+    width = max(len(t["target"]) for t in result)
+    lines = []
+    for t in result:
+        lines.append(f"{t['target'].ljust(width)}  {t['shown']:>9}  {VERDICT[t['met']]}")
+    return "\n".join(lines)
+
+
+# ---- main --------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    parser.add_argument("--only", default="", help="comma-separated workloads, e.g. P1,S2")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "bench.json"))
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--cpu-threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--warmup", type=int, default=None, help="override warm-up iterations")
+    parser.add_argument("--reps", type=int, default=None, help="override timed repetitions")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.only = [w.strip().upper() for w in args.only.split(",") if w.strip()] or list(WORKLOADS)
+    unknown = sorted(set(args.only) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"--only: unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: torch sees no CUDA device", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    sizes = QUICK if args.quick else FULL
+    ctx = Ctx(args, device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"CPU ({platform.processor() or platform.machine()})"
+    meta = {
+        "device": args.device,
+        "device_name": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "grid_version": grid.__version__,
+        "grid_ops": getattr(sys.modules.get("grid._backend"), "source", "?"),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu_threads": torch.get_num_threads(),
+        "quick": args.quick,
+        "argv": sys.argv[1:] if argv is None else list(argv),
+    }
+    print(f"bench: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+
+    rows: list[dict] = []
+    errors: dict[str, str] = {}
+    for workload in args.only:
+        size = sizes[workload]
+        print(f"  {workload} {size} ...", flush=True)
+        t0 = time.perf_counter()
+        # Seeded per workload (not per position in --only); S4 draws S1's inputs.
+        seed = args.seed + 1000 * WORKLOADS.index("S1" if workload == "S4" else workload)
+        try:
+            torch.manual_seed(seed)
+            rows += BENCHES[workload](ctx, workload, size, seed)
+        except Exception as error:  # noqa: BLE001 - keep the other workloads
+            message = f"{type(error).__name__}: {str(error).strip()[:500]}"
+            errors[workload] = message
+            traceback.print_exc()
+            failed = {"stats": None, "error": message, "peak_mb": None}
+            rows.append(
+                make_row(workload, "error", "ERROR", failed, None, None, 0, None, None, message)
+            )
+        free_memory()
+        print(f"    done in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    meta["copy_bandwidth_gbps"] = dict(ctx.bandwidth)
+    meta["copy_bandwidth_stats"] = ctx.bandwidth_stats
+    met = targets(rows)
+    result = {
+        **meta,
+        "sizes": {w: sizes[w] for w in args.only},
+        "rows": rows,
+        "errors": errors,
+        "targets": met,
+    }
+
+    top = header(meta)
+    table = text_table(rows)
+    notes = "\n".join(f"  {w}: {r['note']}" for w, r in {r["workload"]: r for r in rows}.items())
+    print()
+    print(top)
+    print(table)
+    print("\nnotes:\n" + notes)
+    cells = [
+        f"  {r['workload']} {r['pass']} {who}: {r[key]}"
+        for r in rows
+        if r["key"] != "error"
+        for who, key in (("ours", "ours_error"), (r["baseline"], "baseline_error"))
+        if r[key]
+    ]
+    wrong = {
+        r["workload"]: f"  {r['workload']}: (!) results differ from the reference beyond "
+        f"{r['check_tol']:g}: {r['check']}"
+        for r in rows
+        if r.get("check_ok") is False
+    }
+    failures = [f"  {w}: {e}" for w, e in errors.items()] + cells + list(wrong.values())
+    if failures:
+        print("\nerrors:\n" + "\n".join(failures))
+    print(
+        "\ntargets" + (" (defined for CUDA; informational on CPU)" if device.type == "cpu" else "")
+    )
+    print(targets_text(met))
+
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str))
+    md = path.with_suffix(".md")
+    md_targets = [f"| {t['target']} | {t['shown']} | {VERDICT[t['met']]} |" for t in met]
+    md_head = ["| target | measured | |", "| --- | ---: | --- |"]
+    md.write_text("\n\n".join([top, markdown_table(rows), "\n".join(md_head + md_targets)]) + "\n")
+    print(f"\nwrote {path} and {md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
