@@ -188,12 +188,10 @@ def test_upsample_carries_adam_state(amsgrad):
     for key in keys[1:]:
         assert (state[key] >= 0).all()
     assert torch.equal(state["step"], before["step"])
-    # Moments are rescaled by the cell-volume ratio; corners are copied exactly.
-    ratio = 27 / (6 * 7 * 8)
-    torch.testing.assert_close(state["exp_avg"][0, 0, 0], before["exp_avg"][0, 0, 0] * ratio)
-    torch.testing.assert_close(
-        state["exp_avg_sq"][-1, -1, -1], before["exp_avg_sq"][-1, -1, -1] * ratio**2
-    )
+    # Moments are resampled like the grid: corner voxels are copied exactly.
+    for key in keys:
+        assert torch.equal(state[key][0, 0, 0], before[key][0, 0, 0])
+        assert torch.equal(state[key][-1, -1, -1], before[key][-1, -1, -1])
 
     losses = fit_steps(g, opt, 60, seed=6)
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -202,15 +200,18 @@ def test_upsample_carries_adam_state(amsgrad):
     assert int(opt.state[g.features]["step"]) == 80
 
 
-def test_upsample_without_rescale_only_resamples():
+def test_upsample_rescale_moments():
     g = VoxelGrid(3, 1, init="zeros")
     opt = torch.optim.Adam(g.parameters(), lr=0.01)
     g(torch.rand(64, 3) * 2 - 1).square().sum().backward()
     g.features.grad.add_(1.0)
     opt.step()
-    m = opt.state[g.features]["exp_avg"].clone()
-    g.upsample(5, optimizer=opt, rescale_moments=False)
-    assert torch.equal(opt.state[g.features]["exp_avg"][::2, ::2, ::2], m)
+    m, v = (opt.state[g.features][k].clone() for k in ("exp_avg", "exp_avg_sq"))
+    g.upsample(5, optimizer=opt, rescale_moments=True)
+    ratio = 2**3 / 4**3  # cells before / after
+    state = opt.state[g.features]
+    torch.testing.assert_close(state["exp_avg"][::2, ::2, ::2], m * ratio)
+    torch.testing.assert_close(state["exp_avg_sq"][::2, ::2, ::2], v * ratio**2)
 
 
 def test_upsample_with_a_foreign_optimizer_is_refused():

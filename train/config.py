@@ -60,9 +60,9 @@ class TargetConfig:
     )
     blobs: int = _doc("density: number of Gaussian blobs making the envelope.", 16)
     frequency: float = _doc(
-        "density: gyroid frequency, in periods across a width of 2 (finer: higher).", 3.0
+        "density: gyroid frequency, in periods across a width of 2 (finer: higher).", 5.0
     )
-    thickness: float = _doc("density: membrane thickness, in gyroid units (finer: lower).", 0.5)
+    thickness: float = _doc("density: membrane thickness, in gyroid units (finer: lower).", 0.4)
     detail: float = _doc(
         "density: share of the envelope carved into membranes, in [0, 1] (0: blobs only).",
         0.8,
@@ -88,7 +88,7 @@ class TargetConfig:
 @dataclass
 class GridConfig:
     resolution: int | list[int] = _doc(
-        "Voxels per axis at the start: an int or [X, Y, Z], each >= 2.", 64
+        "Voxels per axis at the start: an int or [X, Y, Z], each >= 2.", 96
     )
     bounds: list[list[float]] = _doc(
         "World box [[xmin, ymin, zmin], [xmax, ymax, zmax]]; points are drawn inside it.",
@@ -118,9 +118,10 @@ class TrainConfig:
         "Coarse to fine: the resolution reached at each of `upsample_steps`.", []
     )
     upsample_moments: str = _doc(
-        "Adam state at an upsample: `rescale` (resample and scale by the cell-volume "
-        "ratio), `resample` (resample only) or `reset` (a fresh optimiser, as DirectVoxGO).",
-        "rescale",
+        "Adam state at an upsample: `resample` (resampled like the grid), `rescale` "
+        "(resampled, then scaled by the cell-volume ratio) or `reset` (a fresh "
+        "optimiser, as DirectVoxGO).",
+        "resample",
     )
 
 
@@ -494,7 +495,7 @@ def reference_table() -> str:
                 continue
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
             tp = str(hints[f.name]).replace("typing.", "").replace("<class '", "")
-            tp = tp.replace("'>", "")
+            tp = tp.replace("'>", "").replace(" | ", " or ")
             rows.append(
                 f"| `{prefix}{f.name}` | {tp} | `{_toml_value(default)}` | {f.metadata['doc']} |"
             )

@@ -103,7 +103,15 @@ def write_curves(path: Path, config: Config, records: list[dict[str, Any]]) -> N
     fig = Figure(figsize=(13, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2)
     steps = [r["step"] for r in records]
-    left.semilogy(steps, [r["train_mse"] for r in records], "o-", ms=3, label="training batches")
+    # The training MSE is a mean over the steps since the previous evaluation: draw it as
+    # a staircase over that window.
+    starts = [0, *steps[:-1]]
+    left.semilogy(
+        [x for a, b in zip(starts, steps, strict=True) for x in (a, b)],
+        [r["train_mse"] for r in records for _ in range(2)],
+        "-",
+        label="training batches (mean over each interval)",
+    )
     left.semilogy(steps, [r["mse"] for r in records], "s-", ms=3, label="held-out points")
     left.set(xlabel="step", ylabel="MSE", title="loss (mean squared error)")
     right.plot(steps, [r["psnr"] for r in records], "o-", ms=3, color="C2")
@@ -127,10 +135,12 @@ def write_curves(path: Path, config: Config, records: list[dict[str, Any]]) -> N
     left.legend()
     if records:
         right.annotate(
-            f"{records[-1]['psnr']:.2f} dB",
+            f"final {records[-1]['psnr']:.2f} dB",
             (steps[-1], records[-1]["psnr"]),
-            xytext=(-60, -15),
+            xytext=(-10, -25),
             textcoords="offset points",
+            ha="right",
+            arrowprops=dict(arrowstyle="->", color="gray"),
         )
     fig.suptitle(f"{config.target.kind}: fitting curves", fontsize=13)
     fig.savefig(path, dpi=90)
