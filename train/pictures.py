@@ -60,7 +60,10 @@ def write_slices(
             shared = dict(cmap="RdBu_r", vmin=-limit, vmax=limit)
         else:
             shared = dict(cmap="magma", vmin=float(truth.min()), vmax=float(truth.max()))
-        elimit = float(np.abs(error).max()) or 1e-12
+        # Colour scale of the error: its 99.9th percentile, so that a few outliers (box
+        # corners, the SDF's kinks) do not wash out the rest; the colorbar shows clipping.
+        elimit = float(np.quantile(np.abs(error), 0.999)) or 1e-12
+        emax = float(np.abs(error).max())
         panels = [
             (truth, shared, "target"),
             (fit, shared, "fit"),
@@ -71,7 +74,8 @@ def write_slices(
             shown = ax.imshow(
                 image, origin="lower", extent=extent, interpolation="nearest", **style
             )
-            fig.colorbar(shown, ax=ax, shrink=0.85)
+            extend = "both" if col == 2 and emax > elimit else "neither"
+            fig.colorbar(shown, ax=ax, shrink=0.85, extend=extend)
             if sdf and col < 2:
                 ax.contour(image, levels=[0.0], colors="k", linewidths=1.2, extent=extent)
                 if col == 1:  # the target's surface, dashed, over the fit's
@@ -84,7 +88,7 @@ def write_slices(
                         extent=extent,
                     )
             rmse = float(np.sqrt(np.mean(error**2)))
-            label = f"{title}, RMSE {rmse:.2e}" if col == 2 else title
+            label = f"{title}, RMSE {rmse:.1e}, max {emax:.1e}" if col == 2 else title
             ax.set_title(f"{label}\n{AXES[axis]} = {centre:.3g}", fontsize=11)
             ax.set_xlabel(u)
             ax.set_ylabel(v)
