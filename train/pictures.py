@@ -102,7 +102,9 @@ def write_slices(
     fig.savefig(path, dpi=90)
 
 
-def write_curves(path: Path, config: Config, records: list[dict[str, Any]]) -> None:
+def write_curves(
+    path: Path, config: Config, records: list[dict[str, Any]], summary: dict[str, Any]
+) -> None:
     """curves.png: training and held-out MSE (log scale) and held-out PSNR against steps."""
     fig = Figure(figsize=(13, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2)
@@ -141,12 +143,18 @@ def write_curves(path: Path, config: Config, records: list[dict[str, Any]]) -> N
         right.annotate(
             f"final {records[-1]['psnr']:.2f} dB",
             (steps[-1], records[-1]["psnr"]),
-            xytext=(-10, -25),
+            xytext=(-10, -45),
             textcoords="offset points",
             ha="right",
             arrowprops=dict(arrowstyle="->", color="gray"),
         )
-    fig.suptitle(f"{config.target.kind}: fitting curves", fontsize=13)
+    res = "x".join(map(str, summary["resolution"]))
+    fig.suptitle(
+        f"{config.target.kind}: fitting curves ({res} grid, {summary['steps']} steps of "
+        f"{config.train.batch_size} points, {summary['points_per_second'] / 1e6:.3g}M points/s "
+        f"on {summary['device']})",
+        fontsize=13,
+    )
     fig.savefig(path, dpi=90)
 
 
@@ -160,4 +168,4 @@ def write_pictures(
 ) -> None:
     """Write slices.png and curves.png into the run directory."""
     write_slices(out / "slices.png", config, model, target, summary)
-    write_curves(out / "curves.png", config, records)
+    write_curves(out / "curves.png", config, records, summary)
