@@ -138,7 +138,7 @@ def write_curves(
                 textcoords="offset points",
                 color="gray",
             )
-    left.legend()
+    left.legend(loc="lower left")
     if records:
         right.annotate(
             f"final {records[-1]['psnr']:.2f} dB",
