@@ -266,10 +266,15 @@ def test_bad_arguments_name_the_argument(kwargs, name):
         VoxelGrid(**args)
 
 
-def test_torch_compile_fullgraph_matches_eager():
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_torch_compile_fullgraph_matches_eager(device):
     torch._dynamo.reset()
-    g = VoxelGrid((5, 6, 7), 3, (LO, HI), init="normal", init_scale=1.0)
+    g = VoxelGrid((5, 6, 7), 3, (LO, HI), init="normal", init_scale=1.0, device=device)
     pts = random_inside(100, torch.Generator().manual_seed(7)).float().view(10, 10, 3)
+    pts = pts.to(device)
     compiled = torch.compile(g, fullgraph=True)
     out = compiled(pts)
     torch.testing.assert_close(out, g(pts))
