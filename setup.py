@@ -50,6 +50,7 @@ setup(
             [os.path.relpath(s, ROOT) for s in _backend.sources(with_cuda)],
             include_dirs=[str(ROOT / "csrc")],
             extra_compile_args=extra,
+            extra_link_args=_backend.LINK_FLAGS,
         )
     ],
     cmdclass={"build_ext": BuildExtension},

@@ -55,6 +55,15 @@ GRID_HD void corner_weight_grads(acc_t u, acc_t v, acc_t w, acc_t (&grad)[3][8])
   }
 }
 
+// d weight[k] / d(axis a) for one corner, computed on the fly (keeps registers free).
+template <typename acc_t>
+GRID_HD acc_t corner_weight_grad(int a, int k, acc_t u, acc_t v, acc_t w) {
+  const int dx = corner_dx(k), dy = corner_dy(k), dz = corner_dz(k);
+  const acc_t wx = dx ? u : 1 - u, wy = dy ? v : 1 - v, wz = dz ? w : 1 - w;
+  const acc_t sx = dx ? 1 : -1, sy = dy ? 1 : -1, sz = dz ? 1 : -1;
+  return a == 0 ? sx * wy * wz : a == 1 ? wx * sy * wz : wx * wy * sz;
+}
+
 // A grid of [X, Y, Z, F] with element strides (sx, sy, sz, 1).
 struct GridShape {
   int64_t size[3];
@@ -112,8 +121,10 @@ template <typename acc_t>
 struct Cell {
   AxisCell<acc_t> axis[3];
   acc_t weight[8];  // 0 for corners outside the grid
-  bool valid[8];
+  unsigned inside;  // bit k: corner k lies inside the grid
   bool any;         // some corner is inside the grid
+
+  GRID_HD bool valid(int k) const { return (inside >> k) & 1u; }
 
   // Element offset of corner k in a grid with the given strides.
   GRID_HD int64_t offset(int k, int64_t sx, int64_t sy, int64_t sz) const {
@@ -133,14 +144,15 @@ GRID_HD Cell<acc_t> locate_cell(const point_t* point, const GridShape& g, bool a
     outside = outside || c.axis[a].outside;
   }
   corner_weights(c.axis[0].frac, c.axis[1].frac, c.axis[2].frac, c.weight);
-  c.any = false;
+  c.inside = 0;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    c.valid[k] = !outside && c.axis[0].valid[corner_dx(k)] && c.axis[1].valid[corner_dy(k)] &&
-                 c.axis[2].valid[corner_dz(k)];
-    if (!c.valid[k]) c.weight[k] = 0;
-    c.any = c.any || c.valid[k];
+    const bool in = !outside && c.axis[0].valid[corner_dx(k)] && c.axis[1].valid[corner_dy(k)] &&
+                    c.axis[2].valid[corner_dz(k)];
+    c.inside |= unsigned(in) << k;
+    if (!in) c.weight[k] = 0;
   }
+  c.any = c.inside != 0;
   return c;
 }
 

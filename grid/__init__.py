@@ -7,6 +7,7 @@
 
 from . import reference
 from .ops import sample, trilinear
+from .voxel_grid import VoxelGrid
 
-__all__ = ["sample", "trilinear", "reference"]
+__all__ = ["VoxelGrid", "sample", "trilinear", "reference"]
 __version__ = "0.1.0"

@@ -41,6 +41,9 @@ def sources(with_cuda: bool) -> list[str]:
 
 CXX_FLAGS = ["-O3"]
 NVCC_FLAGS = ["-O3", "-lineinfo"]
+# Share torch's C++ runtime: a toolchain whose search path holds only libstdc++.a would
+# otherwise embed a second copy, and formatting any error message then crashes.
+LINK_FLAGS = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
 
 
 def _jit_build() -> None:
@@ -62,6 +65,7 @@ def _jit_build() -> None:
         extra_include_paths=[str(_CSRC)],
         extra_cflags=CXX_FLAGS,
         extra_cuda_cflags=NVCC_FLAGS,
+        extra_ldflags=LINK_FLAGS,
         is_python_module=False,
         verbose=os.environ.get("GRID_VERBOSE_BUILD", "0") not in ("", "0"),
     )
@@ -81,3 +85,16 @@ def load() -> None:
         _jit_build()
         source = "jit"
     has_cuda_kernels = torch._C._dispatch_has_kernel_for_dispatch_key("grid::sample", "CUDA")
+
+
+def library_path() -> str | None:
+    """Path of the loaded native library (Linux only), e.g. to inspect how it was linked."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if path.endswith(".so") and ("grid_C_" in path or "/grid/_C" in path):
+                    return path
+    except OSError:
+        pass
+    return None

@@ -1,5 +1,8 @@
 """The operator contract: native kernels in use, opcheck, torch.compile, and input errors."""
 
+import shutil
+import subprocess
+
 import pytest
 import torch
 
@@ -19,6 +22,15 @@ def test_native_kernels_registered(op):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CUDA"), (
             "torch has CUDA but grid was built without the CUDA kernels"
         )
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="needs ldd (Linux)")
+def test_native_library_shares_the_cxx_runtime():
+    """A private static libstdc++ in the extension crashes when it formats an error message."""
+    path = _backend.library_path()
+    assert path is not None
+    deps = subprocess.run(["ldd", path], capture_output=True, text=True, check=True).stdout
+    assert "libstdc++.so" in deps, deps
 
 
 def test_public_api_calls_the_native_ops():

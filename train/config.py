@@ -101,10 +101,10 @@ class GridConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = _doc("Optimisation steps.", 2000)
+    steps: int = _doc("Optimisation steps.", 800)
     batch_size: int = _doc("Points per step.", 65536)
     lr: float = _doc("Adam learning rate at step 0.", 0.05)
-    lr_final: float = _doc("Learning rate at the last step (exponential decay).", 0.005)
+    lr_final: float = _doc("Learning rate at the last step (exponential decay).", 0.001)
     betas: list[float] = _doc("Adam betas.", [0.9, 0.99])
     tv_weight: float = _doc("Weight of `VoxelGrid.total_variation()` added to the MSE.", 0.0)
     surface_fraction: float = _doc(
@@ -128,7 +128,7 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     every: int = _doc(
-        "Evaluate on the held-out points every this many steps (and at the end).", 250
+        "Evaluate on the held-out points every this many steps (and at the end).", 100
     )
     points: int = _doc("Number of fixed held-out points (uniform in the box).", 262144)
     seed: int = _doc("Seed of the held-out points (independent of the training seed).", 1234)

@@ -39,7 +39,7 @@ class CellStream {
     Cell<acc_t>& c = ring_[m % kAhead];
     c = locate_cell<acc_t>(points_ + 3 * m, shape_, align_, border_);
     for (int k = 0; k < 8; ++k) {
-      if (!c.valid[k]) continue;
+      if (!c.valid(k)) continue;
       const int64_t row =
           (c.axis[0].i0 + corner_dx(k)) * shape_.size[1] + c.axis[1].i0 + corner_dy(k);
       if (row < row_begin_ || row >= row_end_) continue;

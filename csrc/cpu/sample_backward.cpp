@@ -31,7 +31,7 @@ void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts
                                  dweight);
       acc_t grad[3] = {0, 0, 0};
       for (int k = 0; k < 8; ++k) {
-        if (!cell.valid[k]) continue;
+        if (!cell.valid(k)) continue;
         const scalar_t* fk =
             feat + cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]);
         acc_t dot = 0;
@@ -61,7 +61,7 @@ void grad_features_cpu(const scalar_t* g, const point_t* pts, acc_type<scalar_t>
       const Cell<acc_t> cell = cells.get(n);
       if (!cell.any) continue;
       for (int k = 0; k < 8; ++k) {
-        if (!cell.valid[k]) continue;
+        if (!cell.valid(k)) continue;
         const int64_t row = (cell.axis[0].i0 + corner_dx(k)) * Y + cell.axis[1].i0 + corner_dy(k);
         if (row < row_begin || row >= row_end) continue;
         acc_t* out = gf + (row * Z + cell.axis[2].i0 + corner_dz(k)) * F;

@@ -39,7 +39,7 @@ at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
         const Cell<acc_t> cell = cells.get(n);
         std::fill(row.begin(), row.end(), acc_t(0));
         for (int k = 0; k < 8; ++k) {
-          if (!cell.valid[k]) continue;
+          if (!cell.valid(k)) continue;
           const scalar_t* fk = feat + cell.offset(k, shape.stride[0], shape.stride[1],
                                                   shape.stride[2]);
           const acc_t w = cell.weight[k];

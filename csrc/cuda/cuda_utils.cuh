@@ -2,6 +2,8 @@
 #pragma once
 
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -46,6 +48,53 @@ __device__ __forceinline__ void atomic_add_vec(float* p, const float (&v)[V]) {
       atomicAdd(reinterpret_cast<float2*>(p + i), make_float2(v[i], v[i + 1]));
     else
       atomicAdd(p + i, v[i]);
+  }
+}
+
+// Half-precision grids accumulate their gradient in their own dtype (as F.grid_sample and
+// tiny-cuda-nn do): one 16-byte vector reduction carries 8 values on sm_90.
+__device__ __forceinline__ uint32_t pack2(at::Half*, float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t pack2(at::BFloat16*, float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ void red_v4(at::Half* p, uint32_t a, uint32_t b, uint32_t c,
+                                       uint32_t d) {
+  asm volatile("red.global.add.noftz.v4.f16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b),
+               "r"(c), "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void red_v4(at::BFloat16* p, uint32_t a, uint32_t b, uint32_t c,
+                                       uint32_t d) {
+  asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a),
+               "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void atomic_add_one(at::Half* p, float v) {
+  atomicAdd(reinterpret_cast<__half*>(p), __float2half_rn(v));
+}
+__device__ __forceinline__ void atomic_add_one(at::BFloat16* p, float v) {
+  atomicAdd(reinterpret_cast<__nv_bfloat16*>(p), __float2bfloat16_rn(v));
+}
+
+template <int V, typename half_t>
+__device__ __forceinline__ void atomic_add_vec(half_t* p, const float (&v)[V]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kVector = V % 8 == 0;
+#else
+  constexpr bool kVector = false;
+#endif
+  if constexpr (kVector) {
+#pragma unroll
+    for (int i = 0; i < V; i += 8)
+      red_v4(p + i, pack2(p, v[i], v[i + 1]), pack2(p, v[i + 2], v[i + 3]),
+             pack2(p, v[i + 4], v[i + 5]), pack2(p, v[i + 6], v[i + 7]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) atomic_add_one(p + i, v[i]);
   }
 }
 

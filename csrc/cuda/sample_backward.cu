@@ -1,6 +1,6 @@
 // CUDA backward of grid::sample. One group of threads per point (as in the forward): the
-// feature gradient is scattered with vector atomics into a float32 (float64 for double)
-// accumulator; the point gradient is reduced over the group with warp shuffles.
+// feature gradient is scattered with 16-byte vector atomics straight into a grid of the
+// features' dtype; the point gradient is reduced over the group with warp shuffles.
 #include <ATen/Context.h>
 #include <torch/library.h>
 
@@ -14,17 +14,19 @@
 namespace grid {
 namespace {
 
+// Blocks per SM the register budget must allow: the scatter needs many warps in flight.
+constexpr int kBackwardBlocks = 3;
+
 template <typename scalar_t, typename point_t, int V, bool kFeatures, bool kPoints>
-__global__ void __launch_bounds__(kThreads) sample_backward_kernel(
+__global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_kernel(
     const scalar_t* __restrict__ grad_out,   // [N, F]
-    const scalar_t* __restrict__ features,   // [X, Y, Z, F], strided (read for kPoints)
+    const scalar_t* __restrict__ features,   // [X, Y, Z, F] contiguous (read for kPoints)
     const point_t* __restrict__ points,      // [N, 3]
-    acc_type<scalar_t>* __restrict__ grad_features,  // [X, Y, Z, F] contiguous (kFeatures)
+    scalar_t* __restrict__ grad_features,    // [X, Y, Z, F] contiguous (kFeatures)
     point_t* __restrict__ grad_points,       // [N, 3] (kPoints)
     GridShape shape, int64_t N, int glog, bool align_corners, bool border) {
   using acc_t = acc_type<scalar_t>;
   const int64_t F = shape.F, vectors = F / V;
-  const int64_t gstride[3] = {shape.size[1] * shape.size[2] * F, shape.size[2] * F, F};
   const int64_t items = N << glog;
   const unsigned mask = group_mask(glog);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < items;
@@ -32,44 +34,57 @@ __global__ void __launch_bounds__(kThreads) sample_backward_kernel(
     const int64_t n = i >> glog;
     const int lane = i & ((1 << glog) - 1);
     const Cell<acc_t> cell = locate_cell<acc_t>(points + 3 * n, shape, align_corners, border);
-    acc_t dweight[3][8];
-    if constexpr (kPoints)
-      corner_weight_grads<acc_t>(cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac,
-                                 dweight);
-    acc_t grad[3] = {0, 0, 0};
+    const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
+    acc_t dot[8] = {};  // <grad_out, features> per corner, over this thread's channels
     if (cell.any) {
-      for (int64_t c = lane; c < vectors; c += (1 << glog)) {
+#pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
+    for (int64_t c = lane; c < vectors; c += (1 << glog)) {
         const Vec<scalar_t, V> gv = load_vec<scalar_t, V>(grad_out + n * F + c * V);
         acc_t g[V];
 #pragma unroll
         for (int v = 0; v < V; ++v) g[v] = static_cast<acc_t>(gv.v[v]);
+        if constexpr (kPoints) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (!cell.valid[k]) continue;
-          if constexpr (kFeatures) {
+          for (int half = 0; half < 8; half += 4) {  // four corner loads in flight at a time
+            Vec<scalar_t, V> f[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              f[j] = cell.valid(half + j)
+                         ? load_vec<scalar_t, V>(features +
+                                                 cell.offset(half + j, shape.stride[0],
+                                                             shape.stride[1], shape.stride[2]) +
+                                                 c * V)
+                         : Vec<scalar_t, V>{};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+              for (int v = 0; v < V; ++v) dot[half + j] += g[v] * static_cast<acc_t>(f[j].v[v]);
+          }
+        }
+        if constexpr (kFeatures) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            if (!cell.valid(k)) continue;
             acc_t add[V];
 #pragma unroll
             for (int v = 0; v < V; ++v) add[v] = cell.weight[k] * g[v];
-            atomic_add_vec<V>(grad_features + cell.offset(k, gstride[0], gstride[1], gstride[2]) +
-                                  c * V,
-                              add);
-          }
-          if constexpr (kPoints) {
-            const Vec<scalar_t, V> f = load_vec<scalar_t, V>(
-                features + cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]) +
-                c * V);
-            acc_t dot = 0;
-#pragma unroll
-            for (int v = 0; v < V; ++v) dot += g[v] * static_cast<acc_t>(f.v[v]);
-#pragma unroll
-            for (int a = 0; a < 3; ++a) grad[a] += dweight[a][k] * dot;
+            atomic_add_vec<V>(
+                grad_features + cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]) +
+                    c * V,
+                add);
           }
         }
       }
     }
     if constexpr (kPoints) {
+      acc_t grad[3];
 #pragma unroll
-      for (int a = 0; a < 3; ++a) grad[a] = group_sum(grad[a], mask, glog);
+      for (int a = 0; a < 3; ++a) {
+        grad[a] = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) grad[a] += corner_weight_grad<acc_t>(a, k, u, v_, w_) * dot[k];
+        grad[a] = group_sum(grad[a], mask, glog);
+      }
       if (lane == 0) {
 #pragma unroll
         for (int a = 0; a < 3; ++a)
@@ -94,16 +109,15 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   if (want_features)
     at::globalContext().alertNotDeterministic(
         "grid.sample backward on CUDA (gradient to features, accumulated with atomics)");
-  const at::Tensor features = channels_contiguous(features_in);
+  // Contiguous, so that one set of corner offsets addresses both the features and their
+  // gradient (two sets cost the registers that occupancy needs).
+  const at::Tensor features = features_in.contiguous();
   const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
   const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
-  const auto acc_dtype = features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-
-  at::Tensor grad_acc =
-      want_features ? at::zeros(features.sizes(), features.options().dtype(acc_dtype))
-                    : at::empty({0}, features.options());  // [X, Y, Z, F]
+  at::Tensor grad_features = at::zeros(want_features ? features.sizes() : at::IntArrayRef{0},
+                                       features.options());  // [X, Y, Z, F]
   at::Tensor grad_points = at::empty(want_points ? points_in.sizes() : at::IntArrayRef{0},
                                      points_in.options());  // [..., 3]
   if (N > 0 && (want_features || want_points)) {
@@ -111,7 +125,6 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
       using point_t = typename decltype(p)::type;
-      using acc_t = acc_type<scalar_t>;
       const bool aligned = vec_aligned(
           max_vec<scalar_t>(), {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
           {features.data_ptr(), grad_out.data_ptr()});
@@ -122,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
           kernel<<<blocks_for(N << glog), kThreads, 0, stream>>>(
               grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
               points.data_ptr<point_t>(),
-              want_features ? grad_acc.data_ptr<acc_t>() : nullptr,
+              want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
               want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, N, glog,
               align_corners, border);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -136,8 +149,6 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       });
     });
   }
-  const at::Tensor grad_features =
-      want_features ? grad_acc.to(features.scalar_type()) : grad_acc;  // no copy when equal
   return {grad_features, grad_points};
 }
 

@@ -10,8 +10,11 @@
 namespace grid {
 namespace {
 
+// 5 blocks of 256 threads per SM: 48 registers, no spills, more gathers in flight.
+constexpr int kForwardBlocks = 5;
+
 template <typename scalar_t, typename point_t, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kForwardBlocks)
     sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
                           const point_t* __restrict__ points,     // [N, 3]
                           scalar_t* __restrict__ out,             // [N, F]
@@ -25,19 +28,22 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t n = i >> glog;
     const int lane = i & ((1 << glog) - 1);
     const Cell<acc_t> cell = locate_cell<acc_t>(points + 3 * n, shape, align_corners, border);
-    int64_t offset[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      offset[k] = cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]);
+    const scalar_t* base = features + cell.offset(0, shape.stride[0], shape.stride[1],
+                                                  shape.stride[2]);  // corner 0
+#pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
     for (int64_t c = lane; c < vectors; c += (1 << glog)) {
+      Vec<scalar_t, V> f[8];  // all eight (predicated) loads in flight before the first use
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        f[k] = cell.valid(k) ? load_vec<scalar_t, V>(base + corner_dx(k) * shape.stride[0] +
+                                                     corner_dy(k) * shape.stride[1] +
+                                                     corner_dz(k) * shape.stride[2] + c * V)
+                             : Vec<scalar_t, V>{};
       acc_t acc[V] = {};
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (!cell.valid[k]) continue;
-        const Vec<scalar_t, V> f = load_vec<scalar_t, V>(features + offset[k] + c * V);
+      for (int k = 0; k < 8; ++k)
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * static_cast<acc_t>(f.v[v]);
-      }
+        for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * static_cast<acc_t>(f[k].v[v]);
       Vec<scalar_t, V> o;
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(acc[v]);
