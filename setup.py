@@ -37,7 +37,7 @@ setup(
     version="0.1.0",
     description="Dense voxel feature grids for PyTorch: fused trilinear ops on CPU and CUDA",
     packages=find_packages(include=["grid", "grid.*", "train", "train.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=["torch>=2.11", "numpy", "tqdm"],
     extras_require={
         "train": ["matplotlib"],

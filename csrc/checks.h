@@ -29,11 +29,10 @@ inline void check_pair(const char* op, const at::Tensor& value, const char* valu
               ": expected a tensor on the same device as ", value_name, " (", value.device(),
               "), got ", coords.device());
   const bool half = value.scalar_type() == at::kHalf || value.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(coords.scalar_type() == value.scalar_type() ||
-                  (half && coords.scalar_type() == at::kFloat),
-              op, ": ", coords_name, ": expected dtype ", value.scalar_type(), " like ",
-              value_name, " (or float32 with half-precision ", value_name, "), got ",
-              coords.scalar_type());
+  TORCH_CHECK(
+      coords.scalar_type() == value.scalar_type() || (half && coords.scalar_type() == at::kFloat),
+      op, ": ", coords_name, ": expected dtype ", value.scalar_type(), " like ", value_name,
+      " (or float32 with half-precision ", value_name, "), got ", coords.scalar_type());
 }
 
 // Returns true for border padding.
@@ -43,10 +42,10 @@ inline bool check_sample_args(const at::Tensor& features, const at::Tensor& poin
   check_pair(op, features, "features", points, "points");
   TORCH_CHECK(features.dim() == 4, op, ": features: expected shape [X, Y, Z, F], got ",
               features.sizes());
-  TORCH_CHECK(features.size(0) > 0 && features.size(1) > 0 && features.size(2) > 0 &&
-                  features.size(3) > 0,
-              op, ": features: expected every axis of [X, Y, Z, F] to be non-empty, got ",
-              features.sizes());
+  TORCH_CHECK(
+      features.size(0) > 0 && features.size(1) > 0 && features.size(2) > 0 && features.size(3) > 0,
+      op, ": features: expected every axis of [X, Y, Z, F] to be non-empty, got ",
+      features.sizes());
   TORCH_CHECK(points.dim() >= 1 && points.size(-1) == 3, op,
               ": points: expected shape [..., 3], got ", points.sizes());
   TORCH_CHECK(padding == "zeros" || padding == "border", op,
@@ -60,18 +59,17 @@ inline void check_trilinear_args(const at::Tensor& corners, const at::Tensor& lo
   TORCH_CHECK(corners.dim() == 3 && corners.size(1) == 8, op,
               ": corners: expected shape [N, 8, F], got ", corners.sizes());
   TORCH_CHECK(local.dim() == 2 && local.size(1) == 3 && local.size(0) == corners.size(0), op,
-              ": local: expected shape [N, 3] with N = ", corners.size(0), ", got ",
-              local.sizes());
+              ": local: expected shape [N, 3] with N = ", corners.size(0), ", got ", local.sizes());
 }
 
 inline void check_grad_out(const char* op, const at::Tensor& grad_out, const at::Tensor& like,
                            at::IntArrayRef expected_sizes) {
-  TORCH_CHECK(grad_out.sizes() == expected_sizes, op, ": grad_out: expected shape ",
-              expected_sizes, ", got ", grad_out.sizes());
+  TORCH_CHECK(grad_out.sizes() == expected_sizes, op, ": grad_out: expected shape ", expected_sizes,
+              ", got ", grad_out.sizes());
   TORCH_CHECK(grad_out.scalar_type() == like.scalar_type(), op, ": grad_out: expected dtype ",
               like.scalar_type(), ", got ", grad_out.scalar_type());
-  TORCH_CHECK(grad_out.device() == like.device(), op, ": grad_out: expected device ",
-              like.device(), ", got ", grad_out.device());
+  TORCH_CHECK(grad_out.device() == like.device(), op, ": grad_out: expected device ", like.device(),
+              ", got ", grad_out.device());
 }
 
 // Output shape of sample: points [..., 3] -> [..., F].

@@ -25,13 +25,23 @@ struct AccType<double> {
 template <typename T>
 using acc_type = typename AccType<T>::type;
 
-GRID_HD float floor_(float x) { return floorf(x); }
-GRID_HD double floor_(double x) { return ::floor(x); }
+GRID_HD float floor_(float x) {
+  return floorf(x);
+}
+GRID_HD double floor_(double x) {
+  return ::floor(x);
+}
 
 // Corner k of a cell sits at (dx, dy, dz) = ((k >> 2) & 1, (k >> 1) & 1, k & 1).
-GRID_HD int corner_dx(int k) { return (k >> 2) & 1; }
-GRID_HD int corner_dy(int k) { return (k >> 1) & 1; }
-GRID_HD int corner_dz(int k) { return k & 1; }
+GRID_HD int corner_dx(int k) {
+  return (k >> 2) & 1;
+}
+GRID_HD int corner_dy(int k) {
+  return (k >> 1) & 1;
+}
+GRID_HD int corner_dz(int k) {
+  return k & 1;
+}
 
 // Weights of the 8 corners for a position (u, v, w) in [0, 1]^3 inside the cell.
 template <typename acc_t>
@@ -74,11 +84,11 @@ struct GridShape {
 // One axis of a point's cell.
 template <typename acc_t>
 struct AxisCell {
-  int64_t i0;       // index of the low corner; the high corner is i0 + 1
-  acc_t frac;       // position between them, in [0, 1]
-  acc_t dindex;     // d index / d normalised coordinate; 0 where border padding clamps
-  bool valid[2];    // whether corners i0 and i0 + 1 lie inside the grid
-  bool outside;     // zeros padding: the point is too far (or NaN) to touch the grid
+  int64_t i0;     // index of the low corner; the high corner is i0 + 1
+  acc_t frac;     // position between them, in [0, 1]
+  acc_t dindex;   // d index / d normalised coordinate; 0 where border padding clamps
+  bool valid[2];  // whether corners i0 and i0 + 1 lie inside the grid
+  bool outside;   // zeros padding: the point is too far (or NaN) to touch the grid
 };
 
 // Maps a normalised coordinate onto one axis of `size` voxels as F.grid_sample does

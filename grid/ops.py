@@ -57,8 +57,10 @@ def sample(
 def _check_float(name: str, t: Tensor) -> None:
     torch._check(
         t.dtype in _FLOAT,
-        lambda: f"{name}: expected a floating-point tensor "
-        f"(float16, bfloat16, float32 or float64), got {t.dtype}",
+        lambda: (
+            f"{name}: expected a floating-point tensor "
+            f"(float16, bfloat16, float32 or float64), got {t.dtype}"
+        ),
     )
 
 
@@ -71,8 +73,10 @@ def _check_pair(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
     )
     torch._check(
         b.dtype == a.dtype or (b.dtype == torch.float32 and a.dtype in _FLOAT[:2]),
-        lambda: f"{name_b}: expected dtype {a.dtype} like {name_a} (or float32 with half "
-        f"precision {name_a}), got {b.dtype}",
+        lambda: (
+            f"{name_b}: expected dtype {a.dtype} like {name_a} (or float32 with half "
+            f"precision {name_a}), got {b.dtype}"
+        ),
     )
 
 
@@ -85,7 +89,9 @@ def _trilinear_fake(corners: Tensor, local: Tensor) -> Tensor:
     )
     torch._check(
         local.dim() == 2 and local.shape[1] == 3 and local.shape[0] == corners.shape[0],
-        lambda: f"local: expected shape [N, 3] with N = {corners.shape[0]}, got {list(local.shape)}",
+        lambda: (
+            f"local: expected shape [N, 3] with N = {corners.shape[0]}, got {list(local.shape)}"
+        ),
     )
     return corners.new_empty((corners.shape[0], corners.shape[2]))
 

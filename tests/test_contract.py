@@ -72,8 +72,12 @@ def test_opcheck(device):
     fd, pd, cd = f.detach(), p.detach(), c.detach()
     for align_corners, padding in ((True, "zeros"), (False, "border")):
         torch.library.opcheck(ops.sample, (f, p, align_corners, padding))
-        torch.library.opcheck(ops.sample_backward, (g, fd, pd, align_corners, padding, [True, True]))
-        torch.library.opcheck(ops.sample_backward, (g, fd, pd, align_corners, padding, [False, True]))
+        torch.library.opcheck(
+            ops.sample_backward, (g, fd, pd, align_corners, padding, [True, True])
+        )
+        torch.library.opcheck(
+            ops.sample_backward, (g, fd, pd, align_corners, padding, [False, True])
+        )
     torch.library.opcheck(ops.trilinear, (c, p))
     torch.library.opcheck(ops.trilinear_backward, (g, cd, pd, [True, True]))
     torch.library.opcheck(ops.trilinear_backward, (g, cd, pd, [True, False]))
@@ -96,8 +100,11 @@ def test_torch_compile_fullgraph(device):
     want = model(features, points, corners)
     got = compiled(features, points, corners)
     assert_close(got, want)
-    for a, b in zip(torch.autograd.grad(got, (features, points, corners)),
-                    torch.autograd.grad(want, (features, points, corners))):
+    for a, b in zip(
+        torch.autograd.grad(got, (features, points, corners)),
+        torch.autograd.grad(want, (features, points, corners)),
+        strict=True,
+    ):
         assert_close(a, b)
 
 
@@ -105,15 +112,51 @@ def test_torch_compile_fullgraph(device):
 
 
 BAD_SAMPLE = [
-    (lambda d: (torch.randn(4, 4, 4, device=d), torch.zeros(2, 3, device=d)), "features: expected shape"),
-    (lambda d: (torch.randn(4, 4, 4, 2, 1, device=d), torch.zeros(2, 3, device=d)), "features: expected shape"),
-    (lambda d: (torch.randn(4, 0, 4, 2, device=d), torch.zeros(2, 3, device=d)), "features: expected every axis"),
-    (lambda d: (torch.randn(4, 4, 4, 0, device=d), torch.zeros(2, 3, device=d)), "features: expected every axis"),
-    (lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros(2, 2, device=d)), r"points: expected shape \[\.\.\., 3\]"),
-    (lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros((), device=d)), r"points: expected shape \[\.\.\., 3\]"),
-    (lambda d: (torch.ones(4, 4, 4, 2, device=d, dtype=torch.int64), torch.zeros(2, 3, device=d)), "features: expected a floating-point"),
-    (lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros(2, 3, device=d, dtype=torch.int32)), "points: expected a floating-point"),
-    (lambda d: (torch.randn(4, 4, 4, 2, device=d, dtype=torch.float64), torch.zeros(2, 3, device=d)), "points: expected dtype"),
+    (
+        lambda d: (torch.randn(4, 4, 4, device=d), torch.zeros(2, 3, device=d)),
+        "features: expected shape",
+    ),
+    (
+        lambda d: (torch.randn(4, 4, 4, 2, 1, device=d), torch.zeros(2, 3, device=d)),
+        "features: expected shape",
+    ),
+    (
+        lambda d: (torch.randn(4, 0, 4, 2, device=d), torch.zeros(2, 3, device=d)),
+        "features: expected every axis",
+    ),
+    (
+        lambda d: (torch.randn(4, 4, 4, 0, device=d), torch.zeros(2, 3, device=d)),
+        "features: expected every axis",
+    ),
+    (
+        lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros(2, 2, device=d)),
+        r"points: expected shape \[\.\.\., 3\]",
+    ),
+    (
+        lambda d: (torch.randn(4, 4, 4, 2, device=d), torch.zeros((), device=d)),
+        r"points: expected shape \[\.\.\., 3\]",
+    ),
+    (
+        lambda d: (
+            torch.ones(4, 4, 4, 2, device=d, dtype=torch.int64),
+            torch.zeros(2, 3, device=d),
+        ),
+        "features: expected a floating-point",
+    ),
+    (
+        lambda d: (
+            torch.randn(4, 4, 4, 2, device=d),
+            torch.zeros(2, 3, device=d, dtype=torch.int32),
+        ),
+        "points: expected a floating-point",
+    ),
+    (
+        lambda d: (
+            torch.randn(4, 4, 4, 2, device=d, dtype=torch.float64),
+            torch.zeros(2, 3, device=d),
+        ),
+        "points: expected dtype",
+    ),
 ]
 
 
@@ -128,31 +171,41 @@ def test_sample_bad_input(device, case):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_sample_bad_padding(device):
-    with pytest.raises(RuntimeError, match="padding: expected 'zeros' or 'border', got 'reflection'"):
-        grid.sample(torch.randn(2, 2, 2, 1, device=device), torch.zeros(1, 3, device=device), padding="reflection")
+    with pytest.raises(
+        RuntimeError, match="padding: expected 'zeros' or 'border', got 'reflection'"
+    ):
+        grid.sample(
+            torch.randn(2, 2, 2, 1, device=device),
+            torch.zeros(1, 3, device=device),
+            padding="reflection",
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_trilinear_bad_input(device):
-    c, l = torch.randn(5, 8, 2, device=device), torch.zeros(5, 3, device=device)
+    c, loc = torch.randn(5, 8, 2, device=device), torch.zeros(5, 3, device=device)
     with pytest.raises(RuntimeError, match=r"corners: expected shape \[N, 8, F\]"):
-        grid.trilinear(torch.randn(5, 7, 2, device=device), l)
+        grid.trilinear(torch.randn(5, 7, 2, device=device), loc)
     with pytest.raises(RuntimeError, match=r"local: expected shape \[N, 3\] with N = 5"):
         grid.trilinear(c, torch.zeros(4, 3, device=device))
     with pytest.raises(RuntimeError, match="corners: expected a floating-point"):
-        grid.trilinear(c.long(), l)
+        grid.trilinear(c.long(), loc)
 
 
 @needs_cuda
 def test_mismatched_devices():
-    with pytest.raises(RuntimeError, match="points: expected a tensor on the same device as features"):
+    with pytest.raises(
+        RuntimeError, match="points: expected a tensor on the same device as features"
+    ):
         grid.sample(torch.randn(2, 2, 2, 1, device="cuda"), torch.zeros(1, 3))
-    with pytest.raises(RuntimeError, match="local: expected a tensor on the same device as corners"):
+    with pytest.raises(
+        RuntimeError, match="local: expected a tensor on the same device as corners"
+    ):
         grid.trilinear(torch.randn(1, 8, 2, device="cuda"), torch.zeros(1, 3))
 
 
 def test_fake_shapes_raise_the_same_errors():
-    """Under torch.compile the shape rules run instead of the kernels; they name the argument too."""
+    """Under torch.compile the shape rules run instead of the kernels; they name arguments too."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():

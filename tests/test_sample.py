@@ -34,7 +34,7 @@ def test_forward_and_gradients(device, dtype, shape, align_corners, padding):
     got = torch.autograd.grad(out, (features, points), grad)
     want = torch.autograd.grad(ref, (features, points), grad)
     want_gs = torch.autograd.grad(gs, (features, points), grad)
-    for g, w, wg in zip(got, want, want_gs):
+    for g, w, wg in zip(got, want, want_gs, strict=True):
         assert_close(g, w, rtol=tol * 10, atol=tol * 10)
         assert_close(g, wg, rtol=tol * 10, atol=tol * 10)
 
@@ -61,7 +61,9 @@ def test_only_needed_gradient(device, which):
     ref_f = features.detach().requires_grad_(features.requires_grad)
     ref_p = points.detach().requires_grad_(points.requires_grad)
     grad = torch.randn(50, 8, device=device)
-    (got,) = torch.autograd.grad(grid.sample(features, points), [features if features.requires_grad else points], grad)
+    (got,) = torch.autograd.grad(
+        grid.sample(features, points), [features if features.requires_grad else points], grad
+    )
     (want,) = torch.autograd.grad(
         reference.sample(ref_f, ref_p), [ref_f if ref_f.requires_grad else ref_p], grad
     )
@@ -88,8 +90,11 @@ def test_non_contiguous_inputs(device):
         out = grid.sample(fv, pv)
         assert_close(out, reference.sample(f, p))
         grad = torch.randn_like(out)
-        for g, w in zip(torch.autograd.grad(out, (fv, pv), grad),
-                        torch.autograd.grad(reference.sample(f, p), (f, p), grad)):
+        for g, w in zip(
+            torch.autograd.grad(out, (fv, pv), grad),
+            torch.autograd.grad(reference.sample(f, p), (f, p), grad),
+            strict=True,
+        ):
             assert_close(g, w)
 
 
@@ -98,8 +103,11 @@ def test_non_contiguous_inputs(device):
 def test_non_finite_and_far_points(device, align_corners):
     features = torch.randn(4, 5, 6, 3, device=device, requires_grad=True)
     bad = [float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e10]
-    points = torch.tensor([[b, 0.1, -0.2] for b in bad] + [[0.3, b, 0.5] for b in bad],
-                          device=device, requires_grad=True)
+    points = torch.tensor(
+        [[b, 0.1, -0.2] for b in bad] + [[0.3, b, 0.5] for b in bad],
+        device=device,
+        requires_grad=True,
+    )
     zeros = grid.sample(features, points, align_corners=align_corners, padding="zeros")
     assert torch.equal(zeros, torch.zeros_like(zeros))
     border = grid.sample(features, points, align_corners=align_corners, padding="border")
@@ -108,7 +116,9 @@ def test_non_finite_and_far_points(device, align_corners):
     assert_close(border, ref)
     # Far positive coordinates read the last voxel along that axis, far negative and NaN the first.
     clamped = points.detach().nan_to_num(nan=-2.0).clamp(-1, 1)
-    assert_close(border, grid.sample(features, clamped, align_corners=align_corners, padding="border"))
+    assert_close(
+        border, grid.sample(features, clamped, align_corners=align_corners, padding="border")
+    )
     for pad in ("zeros", "border"):
         out = grid.sample(features, points, align_corners=align_corners, padding=pad)
         gf, gp = torch.autograd.grad(out, (features, points), torch.randn_like(out))
@@ -131,12 +141,16 @@ def test_half_precision_features(device):
         for pts in (points, points.to(dtype)):
             out = grid.sample(features, pts)
             assert out.dtype == dtype
-            assert_close(out.double(), reference.sample(features.double(), pts.double()), rtol=tol, atol=tol)
+            assert_close(
+                out.double(), reference.sample(features.double(), pts.double()), rtol=tol, atol=tol
+            )
         out = grid.sample(features, points)
         assert_close(out.double(), want, rtol=tol, atol=tol)
         grad = torch.randn_like(out)
         (got,) = torch.autograd.grad(out, features, grad)
-        (exp,) = torch.autograd.grad(reference.sample(ref_features, points.double()), ref_features, grad.double())
+        (exp,) = torch.autograd.grad(
+            reference.sample(ref_features, points.double()), ref_features, grad.double()
+        )
         assert got.dtype == dtype
         assert_close(got.double(), exp, rtol=tol, atol=tol * 4)
 
@@ -150,7 +164,7 @@ def test_gradcheck(device):
         points = random_points((12,), device, torch.float64, spread=1.2)
         points = points.requires_grad_()
         torch.autograd.gradcheck(
-            lambda f, p: grid.sample(f, p, align_corners=align_corners, padding=padding),
+            lambda f, p, a=align_corners, m=padding: grid.sample(f, p, align_corners=a, padding=m),
             (features, points),
         )
 
@@ -202,7 +216,7 @@ def test_cuda_matches_cpu():
         p = points.to(device).requires_grad_()
         out = grid.sample(f, p, align_corners=False, padding="border")
         outs.append([out, *torch.autograd.grad(out, (f, p), grad.to(device))])
-    for a, b in zip(*outs):
+    for a, b in zip(*outs, strict=True):
         assert_close(b.cpu(), a, rtol=1e-10, atol=1e-10)
 
 
@@ -224,6 +238,8 @@ def test_large_grid_64bit_offsets():
     want = reference.sample(small, local)
     assert_close(out.float(), want, rtol=1e-2, atol=1e-2)
     features.requires_grad_()
-    (g,) = torch.autograd.grad(grid.sample(features, far), features, torch.ones(2, F, device="cuda"))
+    (g,) = torch.autograd.grad(
+        grid.sample(features, far), features, torch.ones(2, F, device="cuda")
+    )
     assert g[-2:].float().sum().item() == pytest.approx(2 * F, rel=1e-2)
     assert g[:-2].abs().sum().item() == 0

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 import torch
 
 from train.__main__ import main

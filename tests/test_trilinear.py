@@ -13,7 +13,9 @@ from ._helpers import DEVICES, assert_close, needs_cuda
 def test_corner_order(device):
     corners = torch.randn(8, 8, 5, device=device)
     for k in range(8):
-        offset = torch.tensor([(k >> 2) & 1, (k >> 1) & 1, k & 1], device=device, dtype=torch.float32)
+        offset = torch.tensor(
+            [(k >> 2) & 1, (k >> 1) & 1, k & 1], device=device, dtype=torch.float32
+        )
         local = (offset * 2 - 1).expand(8, 3)
         assert_close(grid.trilinear(corners, local), corners[:, k])
 
@@ -31,8 +33,11 @@ def test_forward_and_gradients(device, dtype, F):
     assert out.shape == (97, F)
     assert_close(out, ref, rtol=tol, atol=tol)
     grad = torch.randn_like(out)
-    for g, w in zip(torch.autograd.grad(out, (corners, local), grad),
-                    torch.autograd.grad(ref, (corners, local), grad)):
+    for g, w in zip(
+        torch.autograd.grad(out, (corners, local), grad),
+        torch.autograd.grad(ref, (corners, local), grad),
+        strict=True,
+    ):
         assert_close(g, w, rtol=tol * 10, atol=tol * 10)
 
 

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import json
 import math
+import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomllib
 import torch
 
 

@@ -18,8 +18,14 @@ class CellStream {
   CellStream(const point_t* points, const GridShape& shape, bool align_corners, bool border,
              const scalar_t* grid, bool contiguous, int64_t begin, int64_t end,
              int64_t row_begin = 0, int64_t row_end = INT64_MAX)
-      : points_(points), shape_(shape), align_(align_corners), border_(border), grid_(grid),
-        end_(end), row_begin_(row_begin), row_end_(row_end) {
+      : points_(points),
+        shape_(shape),
+        align_(align_corners),
+        border_(border),
+        grid_(grid),
+        end_(end),
+        row_begin_(row_begin),
+        row_end_(row_end) {
     const int64_t F = shape.F;
     stride_[0] = contiguous ? shape.size[1] * shape.size[2] * F : shape.stride[0];
     stride_[1] = contiguous ? shape.size[2] * F : shape.stride[1];

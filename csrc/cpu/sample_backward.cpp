@@ -27,8 +27,7 @@ void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts
     for (int64_t n = begin; n < end; ++n) {
       const Cell<acc_t> cell = cells.get(n);
       acc_t dweight[3][8];
-      corner_weight_grads<acc_t>(cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac,
-                                 dweight);
+      corner_weight_grads<acc_t>(cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac, dweight);
       acc_t grad[3] = {0, 0, 0};
       for (int k = 0; k < 8; ++k) {
         if (!cell.valid(k)) continue;
@@ -84,15 +83,15 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
                  sample_out_sizes(features_in, points_in));
   const bool want_features = output_mask[0], want_points = output_mask[1];
   const at::Tensor features = channels_contiguous(features_in);
-  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
+  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();                     // [N, 3]
   const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
   const auto acc_dtype = features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 
-  at::Tensor grad_acc = want_features ? at::zeros(features.sizes(), features.options().dtype(
-                                                                        acc_dtype))  // [X,Y,Z,F]
-                                      : at::empty({0}, features.options());
+  at::Tensor grad_acc =
+      want_features ? at::zeros(features.sizes(), features.options().dtype(acc_dtype))  // [X,Y,Z,F]
+                    : at::empty({0}, features.options());
   at::Tensor grad_points = at::empty(want_points ? points_in.sizes() : at::IntArrayRef{0},
                                      points_in.options());  // [..., 3]
   if (N > 0) {
@@ -102,12 +101,12 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
       const scalar_t* g = grad_out.data_ptr<scalar_t>();
       const point_t* pts = points.data_ptr<point_t>();
       if (want_features)
-        grad_features_cpu<scalar_t, point_t>(g, pts, grad_acc.data_ptr<acc_type<scalar_t>>(),
-                                             shape, N, align_corners, border);
+        grad_features_cpu<scalar_t, point_t>(g, pts, grad_acc.data_ptr<acc_type<scalar_t>>(), shape,
+                                             N, align_corners, border);
       if (want_points)
         grad_points_cpu<scalar_t, point_t>(g, features.data_ptr<scalar_t>(), pts,
-                                           grad_points.data_ptr<point_t>(), shape, N,
-                                           align_corners, border);
+                                           grad_points.data_ptr<point_t>(), shape, N, align_corners,
+                                           border);
     });
   }
   const at::Tensor grad_features =
@@ -115,6 +114,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
   return {grad_features, grad_points};
 }
 
-TORCH_LIBRARY_IMPL(grid, CPU, m) { m.impl("sample_backward", &sample_backward_cpu); }
+TORCH_LIBRARY_IMPL(grid, CPU, m) {
+  m.impl("sample_backward", &sample_backward_cpu);
+}
 
 }  // namespace grid

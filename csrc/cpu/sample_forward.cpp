@@ -40,8 +40,8 @@ at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
         std::fill(row.begin(), row.end(), acc_t(0));
         for (int k = 0; k < 8; ++k) {
           if (!cell.valid(k)) continue;
-          const scalar_t* fk = feat + cell.offset(k, shape.stride[0], shape.stride[1],
-                                                  shape.stride[2]);
+          const scalar_t* fk =
+              feat + cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]);
           const acc_t w = cell.weight[k];
           for (int64_t f = 0; f < F; ++f) row[f] += w * static_cast<acc_t>(fk[f]);
         }
@@ -52,6 +52,8 @@ at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
   return out;
 }
 
-TORCH_LIBRARY_IMPL(grid, CPU, m) { m.impl("sample", &sample_forward_cpu); }
+TORCH_LIBRARY_IMPL(grid, CPU, m) {
+  m.impl("sample", &sample_forward_cpu);
+}
 
 }  // namespace grid

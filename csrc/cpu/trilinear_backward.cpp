@@ -74,6 +74,8 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cpu(
   return {grad_corners, grad_local};
 }
 
-TORCH_LIBRARY_IMPL(grid, CPU, m) { m.impl("trilinear_backward", &trilinear_backward_cpu); }
+TORCH_LIBRARY_IMPL(grid, CPU, m) {
+  m.impl("trilinear_backward", &trilinear_backward_cpu);
+}
 
 }  // namespace grid

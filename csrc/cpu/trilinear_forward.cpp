@@ -45,6 +45,8 @@ at::Tensor trilinear_forward_cpu(const at::Tensor& corners_in,  // [N, 8, F]
   return out;
 }
 
-TORCH_LIBRARY_IMPL(grid, CPU, m) { m.impl("trilinear", &trilinear_forward_cpu); }
+TORCH_LIBRARY_IMPL(grid, CPU, m) {
+  m.impl("trilinear", &trilinear_forward_cpu);
+}
 
 }  // namespace grid

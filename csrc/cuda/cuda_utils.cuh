@@ -1,11 +1,11 @@
 // Launch configuration, vector loads and vector atomics shared by the CUDA kernels.
 #pragma once
 
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -91,8 +91,8 @@ __device__ __forceinline__ void red_v4(at::Half* p, uint32_t a, uint32_t b, uint
 }
 __device__ __forceinline__ void red_v4(at::BFloat16* p, uint32_t a, uint32_t b, uint32_t c,
                                        uint32_t d) {
-  asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a),
-               "r"(b), "r"(c), "r"(d)
+  asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b),
+               "r"(c), "r"(d)
                : "memory");
 }
 __device__ __forceinline__ void atomic_add_one(at::Half* p, float v) {

@@ -19,11 +19,11 @@ constexpr int kBackwardBlocks = 3;
 
 template <typename scalar_t, typename point_t, int V, bool kFeatures, bool kPoints>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_kernel(
-    const scalar_t* __restrict__ grad_out,   // [N, F]
-    const scalar_t* __restrict__ features,   // [X, Y, Z, F] contiguous (read for kPoints)
-    const point_t* __restrict__ points,      // [N, 3]
-    scalar_t* __restrict__ grad_features,    // [X, Y, Z, F] contiguous (kFeatures)
-    point_t* __restrict__ grad_points,       // [N, 3] (kPoints)
+    const scalar_t* __restrict__ grad_out,  // [N, F]
+    const scalar_t* __restrict__ features,  // [X, Y, Z, F] contiguous (read for kPoints)
+    const point_t* __restrict__ points,     // [N, 3]
+    scalar_t* __restrict__ grad_features,   // [X, Y, Z, F] contiguous (kFeatures)
+    point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
     GridShape shape, int64_t N, int glog, bool align_corners, bool border) {
   using acc_t = acc_type<scalar_t>;
   const int64_t F = shape.F, vectors = F / V;
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     acc_t dot[8] = {};  // <grad_out, features> per corner, over this thread's channels
     if (cell.any) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
-    for (int64_t c = lane; c < vectors; c += (1 << glog)) {
+      for (int64_t c = lane; c < vectors; c += (1 << glog)) {
         const Vec<scalar_t, V> gv = load_vec_stream<scalar_t, V>(grad_out + n * F + c * V);
         acc_t g[V];
 #pragma unroll
@@ -112,7 +112,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   // Contiguous, so that one set of corner offsets addresses both the features and their
   // gradient (two sets cost the registers that occupancy needs).
   const at::Tensor features = features_in.contiguous();
-  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
+  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();                     // [N, 3]
   const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
@@ -125,9 +125,9 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
       using point_t = typename decltype(p)::type;
-      const bool aligned = vec_aligned(
-          max_vec<scalar_t>(), {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
-          {features.data_ptr(), grad_out.data_ptr()});
+      const bool aligned = vec_aligned(max_vec<scalar_t>(),
+                                       {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
+                                       {features.data_ptr(), grad_out.data_ptr()});
       dispatch_vec<scalar_t>(aligned, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const int glog = group_log2(shape.F / V);
@@ -152,6 +152,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   return {grad_features, grad_points};
 }
 
-TORCH_LIBRARY_IMPL(grid, CUDA, m) { m.impl("sample_backward", &sample_backward_cuda); }
+TORCH_LIBRARY_IMPL(grid, CUDA, m) {
+  m.impl("sample_backward", &sample_backward_cuda);
+}
 
 }  // namespace grid

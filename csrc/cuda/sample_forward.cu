@@ -18,8 +18,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks)
     sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
                           const point_t* __restrict__ points,     // [N, 3]
                           scalar_t* __restrict__ out,             // [N, F]
-                          GridShape shape, int64_t N, int glog, bool align_corners,
-                          bool border) {
+                          GridShape shape, int64_t N, int glog, bool align_corners, bool border) {
   using acc_t = acc_type<scalar_t>;
   const int64_t F = shape.F, vectors = F / V;
   const int64_t items = N << glog;
@@ -68,9 +67,9 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
   dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
     using scalar_t = typename decltype(s)::type;
     using point_t = typename decltype(p)::type;
-    const bool aligned = vec_aligned(
-        max_vec<scalar_t>(), {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
-        {features.data_ptr(), out.data_ptr()});
+    const bool aligned = vec_aligned(max_vec<scalar_t>(),
+                                     {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
+                                     {features.data_ptr(), out.data_ptr()});
     dispatch_vec<scalar_t>(aligned, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
       const int glog = group_log2(shape.F / V);
@@ -85,6 +84,8 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(grid, CUDA, m) { m.impl("sample", &sample_forward_cuda); }
+TORCH_LIBRARY_IMPL(grid, CUDA, m) {
+  m.impl("sample", &sample_forward_cuda);
+}
 
 }  // namespace grid

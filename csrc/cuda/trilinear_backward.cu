@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < 8; ++k) {
           acc_t dot = 0;
 #pragma unroll
-          for (int v = 0; v < V; ++v) dot += static_cast<acc_t>(gv.v[v]) * static_cast<acc_t>(f[k].v[v]);
+          for (int v = 0; v < V; ++v)
+            dot += static_cast<acc_t>(gv.v[v]) * static_cast<acc_t>(f[k].v[v]);
 #pragma unroll
           for (int a = 0; a < 3; ++a) grad[a] += dw[a][k] * dot;
         }
@@ -100,16 +101,16 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cuda(
   dispatch_dtypes(corners.scalar_type(), local.scalar_type(), [&](auto s, auto p) {
     using scalar_t = typename decltype(s)::type;
     using point_t = typename decltype(p)::type;
-    const bool aligned = vec_aligned(
-        max_vec<scalar_t>(), {F},
-        {grad_out.data_ptr(), corners.data_ptr(), want_corners ? grad_corners.data_ptr() : nullptr});
+    const bool aligned = vec_aligned(max_vec<scalar_t>(), {F},
+                                     {grad_out.data_ptr(), corners.data_ptr(),
+                                      want_corners ? grad_corners.data_ptr() : nullptr});
     dispatch_vec<scalar_t>(aligned, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
       const int glog = group_log2(F / V);
       const auto launch = [&](auto kernel) {
         kernel<<<blocks_for(N << glog), kThreads, 0, stream>>>(
-            grad_out.data_ptr<scalar_t>(), corners.data_ptr<scalar_t>(),
-            local.data_ptr<point_t>(), want_corners ? grad_corners.data_ptr<scalar_t>() : nullptr,
+            grad_out.data_ptr<scalar_t>(), corners.data_ptr<scalar_t>(), local.data_ptr<point_t>(),
+            want_corners ? grad_corners.data_ptr<scalar_t>() : nullptr,
             want_local ? grad_local.data_ptr<point_t>() : nullptr, N, F, glog);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
@@ -124,6 +125,8 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cuda(
   return {grad_corners, grad_local};
 }
 
-TORCH_LIBRARY_IMPL(grid, CUDA, m) { m.impl("trilinear_backward", &trilinear_backward_cuda); }
+TORCH_LIBRARY_IMPL(grid, CUDA, m) {
+  m.impl("trilinear_backward", &trilinear_backward_cuda);
+}
 
 }  // namespace grid

@@ -64,8 +64,8 @@ at::Tensor trilinear_forward_cuda(const at::Tensor& corners_in,  // [N, 8, F]
       const int glog = group_log2(F / V);
       trilinear_forward_kernel<scalar_t, point_t, V>
           <<<blocks_for(N << glog), kThreads, 0, stream>>>(corners.data_ptr<scalar_t>(),
-                                                          local.data_ptr<point_t>(),
-                                                          out.data_ptr<scalar_t>(), N, F, glog);
+                                                           local.data_ptr<point_t>(),
+                                                           out.data_ptr<scalar_t>(), N, F, glog);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -74,6 +74,8 @@ at::Tensor trilinear_forward_cuda(const at::Tensor& corners_in,  // [N, 8, F]
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(grid, CUDA, m) { m.impl("trilinear", &trilinear_forward_cuda); }
+TORCH_LIBRARY_IMPL(grid, CUDA, m) {
+  m.impl("trilinear", &trilinear_forward_cuda);
+}
 
 }  // namespace grid
