@@ -32,28 +32,6 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
   *reinterpret_cast<Vec<T, V>*>(p) = v;
 }
 
-// Streaming (evict-first) access for data touched once, such as per-point outputs and
-// incoming gradients, so it does not push the grid's lines out of L2.
-template <typename T, int V>
-__device__ __forceinline__ void store_vec_stream(T* p, const Vec<T, V>& v) {
-  if constexpr (sizeof(Vec<T, V>) == 16)
-    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
-  else if constexpr (sizeof(Vec<T, V>) == 8)
-    __stcs(reinterpret_cast<int2*>(p), *reinterpret_cast<const int2*>(&v));
-  else
-    store_vec<T, V>(p, v);
-}
-
-template <typename T, int V>
-__device__ __forceinline__ Vec<T, V> load_vec_stream(const T* p) {
-  if constexpr (sizeof(Vec<T, V>) == 16) {
-    const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
-    return *reinterpret_cast<const Vec<T, V>*>(&raw);
-  } else {
-    return load_vec<T, V>(p);
-  }
-}
-
 // p[0..V) += v[0..V) atomically per element; one vector atomic per 16 bytes on sm_90.
 template <int V>
 __device__ __forceinline__ void atomic_add_vec(float* p, const float (&v)[V]) {

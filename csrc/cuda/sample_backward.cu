@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     if (cell.any) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
       for (int64_t c = lane; c < vectors; c += (1 << glog)) {
-        const Vec<scalar_t, V> gv = load_vec_stream<scalar_t, V>(grad_out + n * F + c * V);
+        const Vec<scalar_t, V> gv = load_vec<scalar_t, V>(grad_out + n * F + c * V);
         acc_t g[V];
 #pragma unroll
         for (int v = 0; v < V; ++v) g[v] = static_cast<acc_t>(gv.v[v]);

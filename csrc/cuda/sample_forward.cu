@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks)
       Vec<scalar_t, V> o;
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(acc[v]);
-      store_vec_stream<scalar_t, V>(out + n * F + c * V, o);
+      store_vec<scalar_t, V>(out + n * F + c * V, o);
     }
   }
 }
