@@ -72,6 +72,13 @@ inline void check_grad_out(const char* op, const at::Tensor& grad_out, const at:
               ", got ", grad_out.device());
 }
 
+// A backward output the caller asked for, or an empty [0] placeholder for one it did not.
+inline at::Tensor masked_output(bool wanted, at::IntArrayRef sizes,
+                                const at::TensorOptions& options, bool zeroed = false) {
+  if (!wanted) return at::empty({0}, options);
+  return zeroed ? at::zeros(sizes, options) : at::empty(sizes, options);
+}
+
 // Output shape of sample: points [..., 3] -> [..., F].
 inline std::vector<int64_t> sample_out_sizes(const at::Tensor& features, const at::Tensor& points) {
   std::vector<int64_t> sizes(points.sizes().begin(), points.sizes().end());

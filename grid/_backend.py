@@ -47,20 +47,24 @@ LINK_FLAGS = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
 
 
 def _jit_build() -> None:
-    from torch.utils.cpp_extension import load
+    from torch.utils import cpp_extension
 
     with_cuda = cuda_wanted()
     if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
     kind = "CPU+CUDA" if with_cuda else "CPU"
-    print(
-        f"grid: compiling the native {kind} ops from {_CSRC} (first use only; cached)...",
-        file=sys.stderr,
-        flush=True,
-    )
-    load(
-        name="grid_C_cuda" if with_cuda else "grid_C_cpu",
+    name = "grid_C_cuda" if with_cuda else "grid_C_cpu"
+    build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+    if not (build_dir / f"{name}.so").exists():
+        print(
+            f"grid: compiling the native {kind} ops from {_CSRC} (first use only, then cached "
+            f"in {build_dir}; about a minute)...",
+            file=sys.stderr,
+            flush=True,
+        )
+    cpp_extension.load(
+        name=name,
         sources=sources(with_cuda),
         extra_include_paths=[str(_CSRC)],
         extra_cflags=CXX_FLAGS,

@@ -89,11 +89,10 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
   const GridShape shape = grid_shape(features);
   const auto acc_dtype = features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 
-  at::Tensor grad_acc =
-      want_features ? at::zeros(features.sizes(), features.options().dtype(acc_dtype))  // [X,Y,Z,F]
-                    : at::empty({0}, features.options());
-  at::Tensor grad_points = at::empty(want_points ? points_in.sizes() : at::IntArrayRef{0},
-                                     points_in.options());  // [..., 3]
+  at::Tensor grad_acc = masked_output(want_features, features.sizes(),
+                                      features.options().dtype(acc_dtype), true);  // [X, Y, Z, F]
+  at::Tensor grad_points =
+      masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
   if (N > 0) {
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
@@ -109,8 +108,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
                                            border);
     });
   }
-  const at::Tensor grad_features =
-      want_features ? grad_acc.to(features.scalar_type()) : grad_acc;  // no copy when equal
+  // The float accumulator rounded to the features' dtype (no copy when they are equal).
+  const at::Tensor grad_features = grad_acc.to(features.scalar_type());
   return {grad_features, grad_points};
 }
 

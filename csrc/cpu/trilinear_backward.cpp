@@ -24,10 +24,9 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cpu(
   const at::Tensor corners = corners_in.contiguous();
   const at::Tensor local = local_in.contiguous();
   const int64_t N = corners.size(0), F = corners.size(2);
-  at::Tensor grad_corners = at::empty(want_corners ? corners.sizes() : at::IntArrayRef{0},
-                                      corners.options());  // [N, 8, F]
-  at::Tensor grad_local =
-      at::empty(want_local ? local.sizes() : at::IntArrayRef{0}, local.options());  // [N, 3]
+  at::Tensor grad_corners =
+      masked_output(want_corners, corners.sizes(), corners.options());                // [N, 8, F]
+  at::Tensor grad_local = masked_output(want_local, local.sizes(), local.options());  // [N, 3]
   if (N == 0 || !(want_corners || want_local)) return {grad_corners, grad_local};
 
   dispatch_dtypes(corners.scalar_type(), local.scalar_type(), [&](auto s, auto p) {

@@ -116,10 +116,10 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
-  at::Tensor grad_features = at::zeros(want_features ? features.sizes() : at::IntArrayRef{0},
-                                       features.options());  // [X, Y, Z, F]
-  at::Tensor grad_points = at::empty(want_points ? points_in.sizes() : at::IntArrayRef{0},
-                                     points_in.options());  // [..., 3]
+  at::Tensor grad_features =
+      masked_output(want_features, features.sizes(), features.options(), true);  // [X, Y, Z, F]
+  at::Tensor grad_points =
+      masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
   if (N > 0 && (want_features || want_points)) {
     const auto stream = c10::cuda::getCurrentCUDAStream();
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
