@@ -48,6 +48,15 @@ void dispatch_vec(bool aligned, Fn&& fn) {
   return fn(std::integral_constant<int, 1>{});
 }
 
+// Calls fn(std::bool_constant<a>, std::bool_constant<b>) for the outputs a backward was asked
+// for (at least one of the two), so each kernel is compiled without the work it skips.
+template <typename Fn>
+void dispatch_mask(bool a, bool b, Fn&& fn) {
+  if (a && b) return fn(std::true_type{}, std::true_type{});
+  if (a) return fn(std::true_type{}, std::false_type{});
+  return fn(std::false_type{}, std::true_type{});
+}
+
 inline bool vec_aligned(int64_t V, std::initializer_list<int64_t> extents,
                         std::initializer_list<const void*> pointers) {
   for (int64_t e : extents)

@@ -65,15 +65,6 @@ GRID_HD void corner_weight_grads(acc_t u, acc_t v, acc_t w, acc_t (&grad)[3][8])
   }
 }
 
-// d weight[k] / d(axis a) for one corner, computed on the fly (keeps registers free).
-template <typename acc_t>
-GRID_HD acc_t corner_weight_grad(int a, int k, acc_t u, acc_t v, acc_t w) {
-  const int dx = corner_dx(k), dy = corner_dy(k), dz = corner_dz(k);
-  const acc_t wx = dx ? u : 1 - u, wy = dy ? v : 1 - v, wz = dz ? w : 1 - w;
-  const acc_t sx = dx ? 1 : -1, sy = dy ? 1 : -1, sz = dz ? 1 : -1;
-  return a == 0 ? sx * wy * wz : a == 1 ? wx * sy * wz : wx * wy * sz;
-}
-
 // A grid of [X, Y, Z, F] with element strides (sx, sy, sz, 1).
 struct GridShape {
   int64_t size[3];

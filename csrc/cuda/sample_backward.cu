@@ -77,12 +77,13 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
       }
     }
     if constexpr (kPoints) {
-      acc_t grad[3];
+      acc_t dweight[3][8], grad[3];
+      corner_weight_grads<acc_t>(u, v_, w_, dweight);
 #pragma unroll
       for (int a = 0; a < 3; ++a) {
         grad[a] = 0;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) grad[a] += corner_weight_grad<acc_t>(a, k, u, v_, w_) * dot[k];
+        for (int k = 0; k < 8; ++k) grad[a] += dweight[a][k] * dot[k];
         grad[a] = group_sum(grad[a], mask, glog);
       }
       if (lane == 0) {
@@ -131,21 +132,16 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       dispatch_vec<scalar_t>(aligned, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const int glog = group_log2(shape.F / V);
-        const auto launch = [&](auto kernel) {
-          kernel<<<blocks_for(N << glog), kThreads, 0, stream>>>(
-              grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
-              points.data_ptr<point_t>(),
-              want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
-              want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, N, glog,
-              align_corners, border);
+        dispatch_mask(want_features, want_points, [&](auto kf, auto kp) {
+          sample_backward_kernel<scalar_t, point_t, V, decltype(kf)::value, decltype(kp)::value>
+              <<<blocks_for(N << glog), kThreads, 0, stream>>>(
+                  grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
+                  points.data_ptr<point_t>(),
+                  want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
+                  want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, N, glog,
+                  align_corners, border);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
-        };
-        if (want_features && want_points)
-          launch(sample_backward_kernel<scalar_t, point_t, V, true, true>);
-        else if (want_features)
-          launch(sample_backward_kernel<scalar_t, point_t, V, true, false>);
-        else
-          launch(sample_backward_kernel<scalar_t, point_t, V, false, true>);
+        });
       });
     });
   }

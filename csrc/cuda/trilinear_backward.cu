@@ -106,19 +106,15 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cuda(
     dispatch_vec<scalar_t>(aligned, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
       const int glog = group_log2(F / V);
-      const auto launch = [&](auto kernel) {
-        kernel<<<blocks_for(N << glog), kThreads, 0, stream>>>(
-            grad_out.data_ptr<scalar_t>(), corners.data_ptr<scalar_t>(), local.data_ptr<point_t>(),
-            want_corners ? grad_corners.data_ptr<scalar_t>() : nullptr,
-            want_local ? grad_local.data_ptr<point_t>() : nullptr, N, F, glog);
+      dispatch_mask(want_corners, want_local, [&](auto kc, auto kl) {
+        trilinear_backward_kernel<scalar_t, point_t, V, decltype(kc)::value, decltype(kl)::value>
+            <<<blocks_for(N << glog), kThreads, 0, stream>>>(
+                grad_out.data_ptr<scalar_t>(), corners.data_ptr<scalar_t>(),
+                local.data_ptr<point_t>(),
+                want_corners ? grad_corners.data_ptr<scalar_t>() : nullptr,
+                want_local ? grad_local.data_ptr<point_t>() : nullptr, N, F, glog);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      if (want_corners && want_local)
-        launch(trilinear_backward_kernel<scalar_t, point_t, V, true, true>);
-      else if (want_corners)
-        launch(trilinear_backward_kernel<scalar_t, point_t, V, true, false>);
-      else
-        launch(trilinear_backward_kernel<scalar_t, point_t, V, false, true>);
+      });
     });
   });
   return {grad_corners, grad_local};
