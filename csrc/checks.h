@@ -91,6 +91,14 @@ inline at::Tensor channels_contiguous(const at::Tensor& features) {
   return features.stride(3) == 1 ? features : features.contiguous();
 }
 
+// One past the largest element offset of a strided tensor (0 when empty).
+inline int64_t element_span(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  return span;
+}
+
 inline GridShape grid_shape(const at::Tensor& features) {  // features: [X, Y, Z, F], F-contig.
   GridShape g;
   for (int a = 0; a < 3; ++a) {

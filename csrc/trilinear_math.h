@@ -51,17 +51,25 @@ GRID_HD void corner_weights(acc_t u, acc_t v, acc_t w, acc_t (&weight)[8]) {
   for (int k = 0; k < 8; ++k) weight[k] = wx[corner_dx(k)] * wy[corner_dy(k)] * wz[corner_dz(k)];
 }
 
-// d weight[k] / d(u, v, w): grad[a][k] for axis a.
+// d weight[k] / d(u, v, w) of corner k, from the per-axis weights wx = {1 - u, u}, wy, wz.
+template <typename acc_t>
+GRID_HD void corner_weight_grad(int k, const acc_t (&wx)[2], const acc_t (&wy)[2],
+                                const acc_t (&wz)[2], acc_t (&grad)[3]) {
+  const int dx = corner_dx(k), dy = corner_dy(k), dz = corner_dz(k);
+  grad[0] = (dx ? acc_t(1) : acc_t(-1)) * wy[dy] * wz[dz];
+  grad[1] = wx[dx] * (dy ? acc_t(1) : acc_t(-1)) * wz[dz];
+  grad[2] = wx[dx] * wy[dy] * (dz ? acc_t(1) : acc_t(-1));
+}
+
+// d weight[k] / d(u, v, w) of all corners: grad[a][k] for axis a.
 template <typename acc_t>
 GRID_HD void corner_weight_grads(acc_t u, acc_t v, acc_t w, acc_t (&grad)[3][8]) {
   const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v, v}, wz[2] = {1 - w, w};
-  const acc_t sign[2] = {-1, 1};
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const int dx = corner_dx(k), dy = corner_dy(k), dz = corner_dz(k);
-    grad[0][k] = sign[dx] * wy[dy] * wz[dz];
-    grad[1][k] = wx[dx] * sign[dy] * wz[dz];
-    grad[2][k] = wx[dx] * wy[dy] * sign[dz];
+    acc_t g[3];
+    corner_weight_grad(k, wx, wy, wz, g);
+    grad[0][k] = g[0], grad[1][k] = g[1], grad[2][k] = g[2];
   }
 }
 
@@ -72,10 +80,11 @@ struct GridShape {
   int64_t F;
 };
 
-// One axis of a point's cell.
-template <typename acc_t>
+// One axis of a point's cell. index_t: int32_t where every element offset of the grid fits
+// (fewer registers and instructions on the GPU), else int64_t.
+template <typename acc_t, typename index_t = int64_t>
 struct AxisCell {
-  int64_t i0;     // index of the low corner; the high corner is i0 + 1
+  index_t i0;     // index of the low corner; the high corner is i0 + 1
   acc_t frac;     // position between them, in [0, 1]
   acc_t dindex;   // d index / d normalised coordinate; 0 where border padding clamps
   bool valid[2];  // whether corners i0 and i0 + 1 lie inside the grid
@@ -85,9 +94,10 @@ struct AxisCell {
 // Maps a normalised coordinate onto one axis of `size` voxels as F.grid_sample does
 // (bilinear, zeros or border padding). Far and non-finite coordinates never produce an
 // index outside [-1, size], so the int64 conversion is always defined.
-template <typename acc_t>
-GRID_HD AxisCell<acc_t> locate_axis(acc_t coord, int64_t size, bool align_corners, bool border) {
-  AxisCell<acc_t> a;
+template <typename acc_t, typename index_t = int64_t>
+GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, bool align_corners,
+                                             bool border) {
+  AxisCell<acc_t, index_t> a;
   acc_t index, dindex;
   if (align_corners) {
     index = (coord + 1) / 2 * acc_t(size - 1);
@@ -109,7 +119,7 @@ GRID_HD AxisCell<acc_t> locate_axis(acc_t coord, int64_t size, bool align_corner
     dindex = 0;
   }
   const acc_t low = floor_(index);
-  a.i0 = static_cast<int64_t>(low);
+  a.i0 = static_cast<index_t>(low);
   a.frac = index - low;
   a.dindex = dindex;
   a.valid[0] = a.i0 >= 0 && a.i0 < size;
@@ -118,9 +128,9 @@ GRID_HD AxisCell<acc_t> locate_axis(acc_t coord, int64_t size, bool align_corner
 }
 
 // The cell of one point: its three axes, the corner weights and which corners are inside.
-template <typename acc_t>
+template <typename acc_t, typename index_t = int64_t>
 struct Cell {
-  AxisCell<acc_t> axis[3];
+  AxisCell<acc_t, index_t> axis[3];
   acc_t weight[8];  // 0 for corners outside the grid
   unsigned inside;  // bit k: corner k lies inside the grid
   bool any;         // some corner is inside the grid
@@ -128,20 +138,21 @@ struct Cell {
   GRID_HD bool valid(int k) const { return (inside >> k) & 1u; }
 
   // Element offset of corner k in a grid with the given strides.
-  GRID_HD int64_t offset(int k, int64_t sx, int64_t sy, int64_t sz) const {
+  GRID_HD index_t offset(int k, index_t sx, index_t sy, index_t sz) const {
     return (axis[0].i0 + corner_dx(k)) * sx + (axis[1].i0 + corner_dy(k)) * sy +
            (axis[2].i0 + corner_dz(k)) * sz;
   }
 };
 
-template <typename acc_t, typename point_t>
-GRID_HD Cell<acc_t> locate_cell(const point_t* point, const GridShape& g, bool align_corners,
-                                bool border) {
-  Cell<acc_t> c;
+template <typename acc_t, typename index_t = int64_t, typename point_t>
+GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& g,
+                                         bool align_corners, bool border) {
+  Cell<acc_t, index_t> c;
   bool outside = false;
 #pragma unroll
   for (int a = 0; a < 3; ++a) {
-    c.axis[a] = locate_axis<acc_t>(static_cast<acc_t>(point[a]), g.size[a], align_corners, border);
+    c.axis[a] =
+        locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], align_corners, border);
     outside = outside || c.axis[a].outside;
   }
   corner_weights(c.axis[0].frac, c.axis[1].frac, c.axis[2].frac, c.weight);

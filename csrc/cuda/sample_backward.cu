@@ -17,48 +17,56 @@ namespace {
 // Blocks per SM the register budget must allow: the scatter needs many warps in flight.
 constexpr int kBackwardBlocks = 3;
 
-template <typename scalar_t, typename point_t, int V, bool kFeatures, bool kPoints>
+template <typename scalar_t, typename point_t, typename index_t, int V, bool kFeatures,
+          bool kPoints>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_kernel(
     const scalar_t* __restrict__ grad_out,  // [N, F]
     const scalar_t* __restrict__ features,  // [X, Y, Z, F] contiguous (read for kPoints)
     const point_t* __restrict__ points,     // [N, 3]
     scalar_t* __restrict__ grad_features,   // [X, Y, Z, F] contiguous (kFeatures)
     point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
-    GridShape shape, int64_t N, int glog, bool align_corners, bool border) {
+    GridShape shape, index_t N, int glog, bool align_corners, bool border) {
   using acc_t = acc_type<scalar_t>;
-  const int64_t F = shape.F, vectors = F / V;
-  const int64_t items = N << glog;
+  const index_t F = shape.F, vectors = F / V;
+  const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
+  const index_t items = N << glog;
   const unsigned mask = group_mask(glog);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < items;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i >> glog;
+  for (index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x; i < items;
+       i += index_t(gridDim.x) * blockDim.x) {
+    const index_t n = i >> glog;
     const int lane = i & ((1 << glog) - 1);
-    const Cell<acc_t> cell = locate_cell<acc_t>(points + 3 * n, shape, align_corners, border);
+    const Cell<acc_t, index_t> cell =
+        locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
     const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
-    acc_t dot[8] = {};  // <grad_out, features> per corner, over this thread's channels
+    const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {1 - w_, w_};
+    acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels
     if (cell.any) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
-      for (int64_t c = lane; c < vectors; c += (1 << glog)) {
-        const Vec<scalar_t, V> gv = load_vec<scalar_t, V>(grad_out + n * F + c * V);
+      for (index_t c = lane; c < vectors; c += (1 << glog)) {
+        const index_t corner0 = cell.offset(0, sx, sy, sz) + c * V;
         acc_t g[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v) g[v] = static_cast<acc_t>(gv.v[v]);
+        widen<scalar_t, V>(load_raw<scalar_t, V>(grad_out + n * F + c * V), g);
         if constexpr (kPoints) {
 #pragma unroll
           for (int half = 0; half < 8; half += 4) {  // four corner loads in flight at a time
-            Vec<scalar_t, V> f[4];
+            raw_t<scalar_t, V> f[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-              f[j] = cell.valid(half + j)
-                         ? load_vec<scalar_t, V>(features +
-                                                 cell.offset(half + j, shape.stride[0],
-                                                             shape.stride[1], shape.stride[2]) +
-                                                 c * V)
-                         : Vec<scalar_t, V>{};
+            for (int j = 0; j < 4; ++j) {
+              const int k = half + j;
+              f[j] = cell.valid(k) ? load_raw<scalar_t, V>(features + corner0 + corner_dx(k) * sx +
+                                                           corner_dy(k) * sy + corner_dz(k) * sz)
+                                   : raw_t<scalar_t, V>{};
+            }
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
+            for (int j = 0; j < 4; ++j) {
+              acc_t x[V], dot = 0, dweight[3];  // <grad_out, corner features>, d weight / d(u,v,w)
+              widen<scalar_t, V>(f[j], x);
 #pragma unroll
-              for (int v = 0; v < V; ++v) dot[half + j] += g[v] * static_cast<acc_t>(f[j].v[v]);
+              for (int v = 0; v < V; ++v) dot += g[v] * x[v];
+              corner_weight_grad(half + j, wx, wy, wz, dweight);
+#pragma unroll
+              for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
+            }
           }
         }
         if constexpr (kFeatures) {
@@ -69,23 +77,15 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
 #pragma unroll
             for (int v = 0; v < V; ++v) add[v] = cell.weight[k] * g[v];
             atomic_add_vec<V>(
-                grad_features + cell.offset(k, shape.stride[0], shape.stride[1], shape.stride[2]) +
-                    c * V,
+                grad_features + corner0 + corner_dx(k) * sx + corner_dy(k) * sy + corner_dz(k) * sz,
                 add);
           }
         }
       }
     }
     if constexpr (kPoints) {
-      acc_t dweight[3][8], grad[3];
-      corner_weight_grads<acc_t>(u, v_, w_, dweight);
 #pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        grad[a] = 0;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) grad[a] += dweight[a][k] * dot[k];
-        grad[a] = group_sum(grad[a], mask, glog);
-      }
+      for (int a = 0; a < 3; ++a) grad[a] = group_sum(grad[a], mask, glog);
       if (lane == 0) {
 #pragma unroll
         for (int a = 0; a < 3; ++a)
@@ -118,11 +118,15 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
   at::Tensor grad_features =
-      masked_output(want_features, features.sizes(), features.options(), true);  // [X, Y, Z, F]
+      masked_output(want_features, features.sizes(), features.options());  // [X, Y, Z, F]
   at::Tensor grad_points =
       masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (want_features)  // all-zero bits are 0.0 in every float dtype; faster than a fill kernel
+    C10_CUDA_CHECK(cudaMemsetAsync(grad_features.data_ptr(), 0, grad_features.nbytes(), stream));
   if (N > 0 && (want_features || want_points)) {
-    const auto stream = c10::cuda::getCurrentCUDAStream();
+    const bool small =
+        fits_int32(N << group_log2(shape.F), {features.numel(), grad_out.numel(), points.numel()});
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
       using point_t = typename decltype(p)::type;
@@ -133,14 +137,18 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
         constexpr int V = decltype(vec)::value;
         const int glog = group_log2(shape.F / V);
         dispatch_mask(want_features, want_points, [&](auto kf, auto kp) {
-          sample_backward_kernel<scalar_t, point_t, V, decltype(kf)::value, decltype(kp)::value>
-              <<<blocks_for(N << glog), kThreads, 0, stream>>>(
-                  grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
-                  points.data_ptr<point_t>(),
-                  want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
-                  want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, N, glog,
-                  align_corners, border);
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
+          dispatch_index(small, [&](auto index) {
+            using index_t = typename decltype(index)::type;
+            sample_backward_kernel<scalar_t, point_t, index_t, V, decltype(kf)::value,
+                                   decltype(kp)::value>
+                <<<blocks_for(N << glog), kThreads, 0, stream>>>(
+                    grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
+                    points.data_ptr<point_t>(),
+                    want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
+                    want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, index_t(N),
+                    glog, align_corners, border);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          });
         });
       });
     });

@@ -10,39 +10,44 @@
 namespace grid {
 namespace {
 
-// 5 blocks of 256 threads per SM: 48 registers, no spills, more gathers in flight.
-constexpr int kForwardBlocks = 5;
+// Blocks of 256 threads per SM: with int32 offsets 5 (48 registers, no spills, more gathers in
+// flight); 64-bit offsets need 4 to avoid spilling.
+template <typename index_t>
+constexpr int kForwardBlocks = sizeof(index_t) == 4 ? 5 : 4;
 
-template <typename scalar_t, typename point_t, int V>
-__global__ void __launch_bounds__(kThreads, kForwardBlocks)
+template <typename scalar_t, typename point_t, typename index_t, int V>
+__global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
     sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
                           const point_t* __restrict__ points,     // [N, 3]
                           scalar_t* __restrict__ out,             // [N, F]
-                          GridShape shape, int64_t N, int glog, bool align_corners, bool border) {
+                          GridShape shape, index_t N, int glog, bool align_corners, bool border) {
   using acc_t = acc_type<scalar_t>;
-  const int64_t F = shape.F, vectors = F / V;
-  const int64_t items = N << glog;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < items;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i >> glog;
+  const index_t F = shape.F, vectors = F / V;
+  const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
+  const index_t items = N << glog;
+  for (index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x; i < items;
+       i += index_t(gridDim.x) * blockDim.x) {
+    const index_t n = i >> glog;
     const int lane = i & ((1 << glog) - 1);
-    const Cell<acc_t> cell = locate_cell<acc_t>(points + 3 * n, shape, align_corners, border);
-    const scalar_t* base = features + cell.offset(0, shape.stride[0], shape.stride[1],
-                                                  shape.stride[2]);  // corner 0
+    const Cell<acc_t, index_t> cell =
+        locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+    const scalar_t* base = features + cell.offset(0, sx, sy, sz);  // corner 0
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
-    for (int64_t c = lane; c < vectors; c += (1 << glog)) {
-      Vec<scalar_t, V> f[8];  // all eight (predicated) loads in flight before the first use
+    for (index_t c = lane; c < vectors; c += (1 << glog)) {
+      raw_t<scalar_t, V> f[8];  // all eight (predicated) loads in flight before the first use
 #pragma unroll
       for (int k = 0; k < 8; ++k)
-        f[k] = cell.valid(k) ? load_vec<scalar_t, V>(base + corner_dx(k) * shape.stride[0] +
-                                                     corner_dy(k) * shape.stride[1] +
-                                                     corner_dz(k) * shape.stride[2] + c * V)
-                             : Vec<scalar_t, V>{};
+        f[k] = cell.valid(k) ? load_raw<scalar_t, V>(base + corner_dx(k) * sx + corner_dy(k) * sy +
+                                                     corner_dz(k) * sz + c * V)
+                             : raw_t<scalar_t, V>{};
       acc_t acc[V] = {};
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
+      for (int k = 0; k < 8; ++k) {
+        acc_t x[V];
+        widen<scalar_t, V>(f[k], x);
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * static_cast<acc_t>(f[k].v[v]);
+        for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * x[v];
+      }
       Vec<scalar_t, V> o;
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(acc[v]);
@@ -70,13 +75,19 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
     const bool aligned = vec_aligned(max_vec<scalar_t>(),
                                      {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
                                      {features.data_ptr(), out.data_ptr()});
+    const bool small =
+        fits_int32(N << group_log2(shape.F), {element_span(features), out.numel(), points.numel()});
     dispatch_vec<scalar_t>(aligned, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
       const int glog = group_log2(shape.F / V);
-      sample_forward_kernel<scalar_t, point_t, V><<<blocks_for(N << glog), kThreads, 0, stream>>>(
-          features.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
-          shape, N, glog, align_corners, border);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      dispatch_index(small, [&](auto index) {
+        using index_t = typename decltype(index)::type;
+        sample_forward_kernel<scalar_t, point_t, index_t, V>
+            <<<blocks_for(N << glog), kThreads, 0, stream>>>(
+                features.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
+                shape, index_t(N), glog, align_corners, border);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
   });
   return out;

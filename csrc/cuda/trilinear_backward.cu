@@ -41,8 +41,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < 8; ++k) {
           Vec<scalar_t, V> o;
 #pragma unroll
-          for (int v = 0; v < V; ++v)
-            o.v[v] = static_cast<scalar_t>(w[k] * static_cast<acc_t>(gv.v[v]));
+          for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(w[k] * to_acc(gv.v[v]));
           store_vec<scalar_t, V>(grad_corners + (n * 8 + k) * F + c * V, o);
         }
       }
@@ -54,8 +53,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < 8; ++k) {
           acc_t dot = 0;
 #pragma unroll
-          for (int v = 0; v < V; ++v)
-            dot += static_cast<acc_t>(gv.v[v]) * static_cast<acc_t>(f[k].v[v]);
+          for (int v = 0; v < V; ++v) dot += to_acc(gv.v[v]) * to_acc(f[k].v[v]);
 #pragma unroll
           for (int a = 0; a < 3; ++a) grad[a] += dw[a][k] * dot;
         }

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int v = 0; v < V; ++v) {
         acc_t acc = 0;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc += w[k] * static_cast<acc_t>(f[k].v[v]);
+        for (int k = 0; k < 8; ++k) acc += w[k] * to_acc(f[k].v[v]);
         o.v[v] = static_cast<scalar_t>(acc);
       }
       store_vec<scalar_t, V>(out + n * F + c * V, o);
