@@ -483,11 +483,20 @@ def bench_bf16(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
     bf16 = fp32.to(torch.bfloat16)
     bf16.note += ", bf16 features, fp32 points"
     check = checked(bf16)
-    ours16, ours32 = bf16.ours(), fp32.ours()
+    # float32 timed before and after bfloat16; the faster of the two is the reference, so a
+    # disturbed float32 timing cannot make the ratio look better than it is.
+    before = fp32.ours()
+    ours16 = bf16.ours()
+    after = fp32.ours()
+    ours32 = {k: min(before[k], after[k], key=median_or_inf) for k in before}
     rows = sample_rows(name, bf16, ours16, "ours fp32 (S1)", ours32, suffix="_vs_fp32")
     rows += sample_rows(name, bf16, ours16, "F.grid_sample bf16", bf16.baseline())
     attach_check(rows, check, 3e-2)  # bf16 storage: ~2^-8 relative rounding
     return rows
+
+
+def median_or_inf(measured: dict) -> float:
+    return measured["stats"]["median"] if measured["stats"] else float("inf")
 
 
 def bench_cpu(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:

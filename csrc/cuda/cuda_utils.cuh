@@ -173,6 +173,13 @@ __device__ __forceinline__ T group_sum(T x, unsigned mask, int log2) {
   return x;
 }
 
+// Blocks for one thread per item, no grid-stride loop.
+inline unsigned one_pass_blocks(int64_t items) {
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  TORCH_CHECK(blocks < (int64_t(1) << 31), "grid: ", items, " threads exceed one CUDA launch");
+  return static_cast<unsigned>(std::max<int64_t>(1, blocks));
+}
+
 // Blocks for a grid-stride loop over `items` threads of work.
 inline unsigned blocks_for(int64_t items) {
   const int64_t blocks = (items + kThreads - 1) / kThreads;

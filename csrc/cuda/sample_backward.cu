@@ -29,68 +29,66 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   using acc_t = acc_type<scalar_t>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
-  const index_t items = N << glog;
   const unsigned mask = group_mask(glog);
-  for (index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x; i < items;
-       i += index_t(gridDim.x) * blockDim.x) {
-    const index_t n = i >> glog;
-    const int lane = i & ((1 << glog) - 1);
-    const Cell<acc_t, index_t> cell =
-        locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
-    const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
-    const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {1 - w_, w_};
-    acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels
-    if (cell.any) {
+  const index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
+  const index_t n = i >> glog;
+  if (n >= N) return;  // whole groups: the last block holds only whole points
+  const int lane = i & ((1 << glog) - 1);
+  const Cell<acc_t, index_t> cell =
+      locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+  const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
+  const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {1 - w_, w_};
+  acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels
+  if (cell.any) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
-      for (index_t c = lane; c < vectors; c += (1 << glog)) {
-        const index_t corner0 = cell.offset(0, sx, sy, sz) + c * V;
-        acc_t g[V];
-        widen<scalar_t, V>(load_raw<scalar_t, V>(grad_out + n * F + c * V), g);
-        if constexpr (kPoints) {
+    for (index_t c = lane; c < vectors; c += (1 << glog)) {
+      const index_t corner0 = cell.offset(0, sx, sy, sz) + c * V;
+      acc_t g[V];
+      widen<scalar_t, V>(load_raw<scalar_t, V>(grad_out + n * F + c * V), g);
+      if constexpr (kPoints) {
 #pragma unroll
-          for (int half = 0; half < 8; half += 4) {  // four corner loads in flight at a time
-            raw_t<scalar_t, V> f[4];
+        for (int half = 0; half < 8; half += 4) {  // four corner loads in flight at a time
+          raw_t<scalar_t, V> f[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const int k = half + j;
-              f[j] = cell.valid(k) ? load_raw<scalar_t, V>(features + corner0 + corner_dx(k) * sx +
-                                                           corner_dy(k) * sy + corner_dz(k) * sz)
-                                   : raw_t<scalar_t, V>{};
-            }
+          for (int j = 0; j < 4; ++j) {
+            const int k = half + j;
+            f[j] = cell.valid(k) ? load_raw<scalar_t, V>(features + corner0 + corner_dx(k) * sx +
+                                                         corner_dy(k) * sy + corner_dz(k) * sz)
+                                 : raw_t<scalar_t, V>{};
+          }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              acc_t x[V], dot = 0, dweight[3];  // <grad_out, corner features>, d weight / d(u,v,w)
-              widen<scalar_t, V>(f[j], x);
+          for (int j = 0; j < 4; ++j) {
+            acc_t x[V], dot = 0, dweight[3];  // <grad_out, corner features>, d weight / d(u,v,w)
+            widen<scalar_t, V>(f[j], x);
 #pragma unroll
-              for (int v = 0; v < V; ++v) dot += g[v] * x[v];
-              corner_weight_grad(half + j, wx, wy, wz, dweight);
+            for (int v = 0; v < V; ++v) dot += g[v] * x[v];
+            corner_weight_grad(half + j, wx, wy, wz, dweight);
 #pragma unroll
-              for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
-            }
+            for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
           }
         }
-        if constexpr (kFeatures) {
+      }
+      if constexpr (kFeatures) {
 #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            if (!cell.valid(k)) continue;
-            acc_t add[V];
+        for (int k = 0; k < 8; ++k) {
+          if (!cell.valid(k)) continue;
+          acc_t add[V];
 #pragma unroll
-            for (int v = 0; v < V; ++v) add[v] = cell.weight[k] * g[v];
-            atomic_add_vec<V>(
-                grad_features + corner0 + corner_dx(k) * sx + corner_dy(k) * sy + corner_dz(k) * sz,
-                add);
-          }
+          for (int v = 0; v < V; ++v) add[v] = cell.weight[k] * g[v];
+          atomic_add_vec<V>(
+              grad_features + corner0 + corner_dx(k) * sx + corner_dy(k) * sy + corner_dz(k) * sz,
+              add);
         }
       }
     }
-    if constexpr (kPoints) {
+  }
+  if constexpr (kPoints) {
 #pragma unroll
-      for (int a = 0; a < 3; ++a) grad[a] = group_sum(grad[a], mask, glog);
-      if (lane == 0) {
+    for (int a = 0; a < 3; ++a) grad[a] = group_sum(grad[a], mask, glog);
+    if (lane == 0) {
 #pragma unroll
-        for (int a = 0; a < 3; ++a)
-          grad_points[3 * n + a] = static_cast<point_t>(grad[a] * cell.axis[a].dindex);
-      }
+      for (int a = 0; a < 3; ++a)
+        grad_points[3 * n + a] = static_cast<point_t>(grad[a] * cell.axis[a].dindex);
     }
   }
 }
@@ -141,7 +139,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
             using index_t = typename decltype(index)::type;
             sample_backward_kernel<scalar_t, point_t, index_t, V, decltype(kf)::value,
                                    decltype(kp)::value>
-                <<<blocks_for(N << glog), kThreads, 0, stream>>>(
+                <<<one_pass_blocks(N << glog), kThreads, 0, stream>>>(
                     grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
                     points.data_ptr<point_t>(),
                     want_features ? grad_features.data_ptr<scalar_t>() : nullptr,

@@ -15,7 +15,9 @@ namespace {
 template <typename index_t>
 constexpr int kForwardBlocks = sizeof(index_t) == 4 ? 5 : 4;
 
-template <typename scalar_t, typename point_t, typename index_t, int V>
+// One thread per point and vector of V channels (kWide: more than 32 vectors, so each of the
+// point's 32 threads loops over several). One launch covers every point: no grid-stride loop.
+template <typename scalar_t, typename point_t, typename index_t, int V, bool kWide>
 __global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
     sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
                           const point_t* __restrict__ points,     // [N, 3]
@@ -24,35 +26,34 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
   using acc_t = acc_type<scalar_t>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
-  const index_t items = N << glog;
-  for (index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x; i < items;
-       i += index_t(gridDim.x) * blockDim.x) {
-    const index_t n = i >> glog;
-    const int lane = i & ((1 << glog) - 1);
-    const Cell<acc_t, index_t> cell =
-        locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
-    const scalar_t* base = features + cell.offset(0, sx, sy, sz);  // corner 0
-#pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
-    for (index_t c = lane; c < vectors; c += (1 << glog)) {
-      raw_t<scalar_t, V> f[8];  // all eight (predicated) loads in flight before the first use
+  const index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
+  const index_t n = i >> glog;
+  const int lane = i & ((1 << glog) - 1);
+  if (n >= N || lane >= vectors) return;
+  const Cell<acc_t, index_t> cell =
+      locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+  const scalar_t* base = features + cell.offset(0, sx, sy, sz);  // corner 0
+#pragma unroll 1
+  for (index_t c = lane; c < vectors; c += (1 << glog)) {
+    raw_t<scalar_t, V> f[8];  // all eight (predicated) loads in flight before the first use
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
-        f[k] = cell.valid(k) ? load_raw<scalar_t, V>(base + corner_dx(k) * sx + corner_dy(k) * sy +
-                                                     corner_dz(k) * sz + c * V)
-                             : raw_t<scalar_t, V>{};
-      acc_t acc[V] = {};
+    for (int k = 0; k < 8; ++k)
+      f[k] = cell.valid(k) ? load_raw<scalar_t, V>(base + corner_dx(k) * sx + corner_dy(k) * sy +
+                                                   corner_dz(k) * sz + c * V)
+                           : raw_t<scalar_t, V>{};
+    acc_t acc[V] = {};
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        acc_t x[V];
-        widen<scalar_t, V>(f[k], x);
+    for (int k = 0; k < 8; ++k) {
+      acc_t x[V];
+      widen<scalar_t, V>(f[k], x);
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * x[v];
-      }
-      Vec<scalar_t, V> o;
-#pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(acc[v]);
-      store_vec<scalar_t, V>(out + n * F + c * V, o);
+      for (int v = 0; v < V; ++v) acc[v] += cell.weight[k] * x[v];
     }
+    Vec<scalar_t, V> o;
+#pragma unroll
+    for (int v = 0; v < V; ++v) o.v[v] = static_cast<scalar_t>(acc[v]);
+    store_vec<scalar_t, V>(out + n * F + c * V, o);
+    if constexpr (!kWide) break;
   }
 }
 
@@ -82,11 +83,17 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
       const int glog = group_log2(shape.F / V);
       dispatch_index(small, [&](auto index) {
         using index_t = typename decltype(index)::type;
-        sample_forward_kernel<scalar_t, point_t, index_t, V>
-            <<<blocks_for(N << glog), kThreads, 0, stream>>>(
-                features.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
-                shape, index_t(N), glog, align_corners, border);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const auto launch = [&](auto wide) {
+          sample_forward_kernel<scalar_t, point_t, index_t, V, decltype(wide)::value>
+              <<<one_pass_blocks(N << glog), kThreads, 0, stream>>>(
+                  features.data_ptr<scalar_t>(), points.data_ptr<point_t>(),
+                  out.data_ptr<scalar_t>(), shape, index_t(N), glog, align_corners, border);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        if (shape.F / V > 32)
+          launch(std::true_type{});
+        else
+          launch(std::false_type{});
       });
     });
   });
