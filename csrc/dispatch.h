@@ -59,15 +59,15 @@ void dispatch_mask(bool a, bool b, Fn&& fn) {
 }
 
 // Calls fn(TypeTag<int32_t>) when 32-bit arithmetic can index everything a kernel touches,
-// else fn(TypeTag<int64_t>). 64-bit offsets cost the sample kernels registers and a third of
-// their speed, so the common case gets its own instantiation.
+// else fn(TypeTag<int64_t>). 64-bit offsets cost the sample kernels registers and about a
+// fifth of their speed, so the common case gets its own instantiation.
 template <typename Fn>
 void dispatch_index(bool fits_int32, Fn&& fn) {
   if (fits_int32) return fn(TypeTag<int32_t>{});
   return fn(TypeTag<int64_t>{});
 }
 
-// Whether `items` threads (at most 2^30, so a grid-stride step cannot overflow) and element
+// Whether `items` threads (at most 2^30, so a thread index never nears 2^31) and element
 // offsets below each of `spans` fit the int32 kernels.
 inline bool fits_int32(int64_t items, std::initializer_list<int64_t> spans) {
   if (items > (int64_t(1) << 30)) return false;

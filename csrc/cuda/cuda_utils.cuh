@@ -48,8 +48,8 @@ __device__ __forceinline__ float to_acc(at::Half x) {
 }
 
 // V values of T as they are stored. 16 bytes of a half type stay four 32-bit words that
-// widen() splits with shifts: loaded as c10 types they cost the bf16 sample forward a quarter
-// of its speed in 16-bit moves.
+// widen() splits with shifts: as c10 types they cost 16-bit moves (the bf16 sample forward
+// went from 0.069 to 0.062 ms on an H200 with this and to_acc).
 template <typename T, int V>
 using raw_t = std::conditional_t<sizeof(T) == 2 && V == 8, uint4, Vec<T, V>>;
 
