@@ -1,9 +1,12 @@
-// CUDA backward of grid::sample. One group of threads per point (as in the forward): the
-// feature gradient is scattered with 16-byte vector atomics straight into a grid of the
+// CUDA backward of grid::sample. A group of threads per point, as in the forward, but split by
+// the z side of the cell: a thread reads and scatters the four corners of its side, so one warp
+// instruction covers both z-neighbours, which sit next to each other in the channels-last grid.
+// The feature gradient is scattered with 16-byte vector atomics straight into a grid of the
 // features' dtype; the point gradient is reduced over the group with warp shuffles.
 #include <ATen/Context.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <tuple>
 
@@ -17,6 +20,8 @@ namespace {
 // Blocks per SM the register budget must allow: the scatter needs many warps in flight.
 constexpr int kBackwardBlocks = 3;
 
+// Threads 2^plog * dz + c of a point's group handle vectors c, c + 2^plog, ... of the four
+// corners on z side dz (corners 2j + dz).
 template <typename scalar_t, typename point_t, typename index_t, int V, bool kFeatures,
           bool kPoints>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_kernel(
@@ -25,59 +30,62 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     const point_t* __restrict__ points,     // [N, 3]
     scalar_t* __restrict__ grad_features,   // [X, Y, Z, F] contiguous (kFeatures)
     point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
-    GridShape shape, index_t N, int glog, bool align_corners, bool border) {
+    GridShape shape, index_t N, int plog, bool align_corners, bool border) {
   using acc_t = acc_type<scalar_t>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
+  const int glog = plog + 1;
   const unsigned mask = group_mask(glog);
   const index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
   const index_t n = i >> glog;
   if (n >= N) return;  // whole groups: the last block holds only whole points
   const int lane = i & ((1 << glog) - 1);
+  const int dz = lane >> plog;
   const Cell<acc_t, index_t> cell =
       locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
   const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
-  const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {1 - w_, w_};
-  acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels
+  // This side's z weight, placed where corner_weight_grad reads the z = 0 side (indexing wz by
+  // the run-time dz would put the arrays in local memory); the z derivative flips on side 1.
+  const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {dz ? w_ : 1 - w_, 0};
+  const acc_t z_sign = dz ? acc_t(-1) : acc_t(1);
+  acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels and corners
   if (cell.any) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
-    for (index_t c = lane; c < vectors; c += (1 << glog)) {
-      const index_t corner0 = cell.offset(0, sx, sy, sz) + c * V;
+    for (index_t c = lane & ((1 << plog) - 1); c < vectors; c += (1 << plog)) {
+      const index_t side = cell.offset(0, sx, sy, sz) + dz * sz + c * V;  // corner dz
       acc_t g[V];
       widen<scalar_t, V>(load_raw<scalar_t, V>(grad_out + n * F + c * V), g);
       if constexpr (kPoints) {
+        raw_t<scalar_t, V> f[4];  // all four loads in flight before the first use
 #pragma unroll
-        for (int half = 0; half < 8; half += 4) {  // four corner loads in flight at a time
-          raw_t<scalar_t, V> f[4];
+        for (int j = 0; j < 4; ++j) {
+          f[j] = cell.valid(2 * j + dz)
+                     ? load_raw<scalar_t, V>(features + side + corner_dx(2 * j) * sx +
+                                             corner_dy(2 * j) * sy)
+                     : raw_t<scalar_t, V>{};
+        }
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int k = half + j;
-            f[j] = cell.valid(k) ? load_raw<scalar_t, V>(features + corner0 + corner_dx(k) * sx +
-                                                         corner_dy(k) * sy + corner_dz(k) * sz)
-                                 : raw_t<scalar_t, V>{};
-          }
+        for (int j = 0; j < 4; ++j) {
+          acc_t x[V], dot = 0, dweight[3];  // <grad_out, corner features>, d weight / d(u,v,w)
+          widen<scalar_t, V>(f[j], x);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            acc_t x[V], dot = 0, dweight[3];  // <grad_out, corner features>, d weight / d(u,v,w)
-            widen<scalar_t, V>(f[j], x);
+          for (int v = 0; v < V; ++v) dot += g[v] * x[v];
+          corner_weight_grad(2 * j, wx, wy, wz, dweight);
+          dweight[2] *= z_sign;
 #pragma unroll
-            for (int v = 0; v < V; ++v) dot += g[v] * x[v];
-            corner_weight_grad(half + j, wx, wy, wz, dweight);
-#pragma unroll
-            for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
-          }
+          for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
         }
       }
       if constexpr (kFeatures) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (!cell.valid(k)) continue;
+        for (int j = 0; j < 4; ++j) {
+          if (!cell.valid(2 * j + dz)) continue;
+          const acc_t weight = wx[corner_dx(2 * j)] * wy[corner_dy(2 * j)] * wz[0];
           acc_t add[V];
 #pragma unroll
-          for (int v = 0; v < V; ++v) add[v] = cell.weight[k] * g[v];
-          atomic_add_vec<V>(
-              grad_features + corner0 + corner_dx(k) * sx + corner_dy(k) * sy + corner_dz(k) * sz,
-              add);
+          for (int v = 0; v < V; ++v) add[v] = weight * g[v];
+          atomic_add_vec<V>(grad_features + side + corner_dx(2 * j) * sx + corner_dy(2 * j) * sy,
+                            add);
         }
       }
     }
@@ -123,8 +131,6 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   if (want_features)  // all-zero bits are 0.0 in every float dtype; faster than a fill kernel
     C10_CUDA_CHECK(cudaMemsetAsync(grad_features.data_ptr(), 0, grad_features.nbytes(), stream));
   if (N > 0 && (want_features || want_points)) {
-    const bool small =
-        fits_int32(N << group_log2(shape.F), {features.numel(), grad_out.numel(), points.numel()});
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
       using point_t = typename decltype(p)::type;
@@ -133,18 +139,22 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
                                        {features.data_ptr(), grad_out.data_ptr()});
       dispatch_vec<scalar_t>(aligned, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
-        const int glog = group_log2(shape.F / V);
+        const int plog = std::min(group_log2(shape.F / V), 4);  // two z sides: at most 32 threads
+        const bool small =
+            fits_int32(N << (plog + 1), {features.numel(), grad_out.numel(), points.numel()});
         dispatch_mask(want_features, want_points, [&](auto kf, auto kp) {
           dispatch_index(small, [&](auto index) {
             using index_t = typename decltype(index)::type;
-            sample_backward_kernel<scalar_t, point_t, index_t, V, decltype(kf)::value,
-                                   decltype(kp)::value>
-                <<<one_pass_blocks(N << glog), kThreads, 0, stream>>>(
-                    grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
-                    points.data_ptr<point_t>(),
-                    want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
-                    want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, index_t(N),
-                    glog, align_corners, border);
+            constexpr auto kernel =
+                sample_backward_kernel<scalar_t, point_t, index_t, V, decltype(kf)::value,
+                                       decltype(kp)::value>;
+            prefer_l1<kernel>();
+            kernel<<<one_pass_blocks(N << (plog + 1)), kThreads, 0, stream>>>(
+                grad_out.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
+                points.data_ptr<point_t>(),
+                want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
+                want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, index_t(N), plog,
+                align_corners, border);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
           });
         });

@@ -84,10 +84,12 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
       dispatch_index(small, [&](auto index) {
         using index_t = typename decltype(index)::type;
         const auto launch = [&](auto wide) {
-          sample_forward_kernel<scalar_t, point_t, index_t, V, decltype(wide)::value>
-              <<<one_pass_blocks(N << glog), kThreads, 0, stream>>>(
-                  features.data_ptr<scalar_t>(), points.data_ptr<point_t>(),
-                  out.data_ptr<scalar_t>(), shape, index_t(N), glog, align_corners, border);
+          constexpr auto kernel =
+              sample_forward_kernel<scalar_t, point_t, index_t, V, decltype(wide)::value>;
+          prefer_l1<kernel>();
+          kernel<<<one_pass_blocks(N << glog), kThreads, 0, stream>>>(
+              features.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
+              shape, index_t(N), glog, align_corners, border);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         if (shape.F / V > 32)
