@@ -116,22 +116,33 @@ class Ctx:
 
 
 def timeit(fn, device: torch.device, warmup: int, reps: int) -> dict:
-    """Median (and spread) in ms of `fn()`; CUDA events per repetition on the GPU."""
+    """Median (and spread) in ms of `fn()`; on the GPU, CUDA events per repetition around
+    work that waits in the queue (see `queue_behind_sleep`)."""
     for _ in range(warmup):
         fn()
     times = []
+    extra = {}
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize(device)
+        one_ms = (time.perf_counter() - t0) * 1e3  # host and GPU time of one repetition
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             for _ in range(reps)
         ]
+        sleep_ms = queue_behind_sleep(device, min(2 * one_ms * reps, MAX_SLEEP_MS))
+        t0 = time.perf_counter()
         for start, end in events:
             start.record()
             fn()
             end.record()
+        enqueue_ms = (time.perf_counter() - t0) * 1e3
         torch.cuda.synchronize(device)
         times = [start.elapsed_time(end) for start, end in events]
+        # queued: every repetition was enqueued before the GPU finished sleeping
+        extra = {"host_ms": enqueue_ms / reps, "queued": enqueue_ms < sleep_ms}
     else:
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -150,7 +161,32 @@ def timeit(fn, device: torch.device, warmup: int, reps: int) -> dict:
         "p80": q(0.8),
         "reps": reps,
         "warmup": warmup,
+        **extra,
     }
+
+
+# Enqueueing one fw+bw (Python, autograd's device thread, launches) took 0.2-0.6 ms on the
+# H100's host, varying from run to run: as long as the GPU work it enqueues. Events around
+# work launched while the GPU waits would time the host. So the GPU first sleeps while every
+# repetition is enqueued; the events then time the kernels back to back, for us and the
+# baseline alike.
+MAX_SLEEP_MS = 2000.0
+_cycles_per_ms: dict[int, float] = {}
+
+
+def queue_behind_sleep(device: torch.device, ms: float) -> float:
+    """Enqueue a GPU spin of about `ms` milliseconds on the current stream; returns `ms`."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _cycles_per_ms:  # calibrate the spin against events once
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 20_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _cycles_per_ms[index] = cycles / start.elapsed_time(end)
+    torch.cuda._sleep(int(ms * _cycles_per_ms[index]))
+    return ms
 
 
 def peak_mb(fn, device: torch.device) -> float | None:
@@ -244,9 +280,11 @@ def rel_err(ours: torch.Tensor, base: torch.Tensor) -> float:
     return float((ours - base).abs().max() / base.abs().max().clamp(min=1e-30))
 
 
-def attach_check(rows: list[dict], check: dict, tol: float) -> None:
-    """Record the correctness check on every row: a fast wrong kernel must not pass."""
-    ok = None if "error" in check else all(v <= tol for v in check.values())
+def attach_check(rows: list[dict], check: dict, tol: float | dict[str, float]) -> None:
+    """Record the correctness check on every row: a fast wrong kernel must not pass.
+    `tol`: one tolerance for every quantity, or one per key of `check`."""
+    limit = tol if isinstance(tol, dict) else dict.fromkeys(check, tol)
+    ok = None if "error" in check else all(v <= limit[k] for k, v in check.items())
     for row in rows:
         row.update(check=check, check_tol=tol, check_ok=ok)
 
@@ -478,6 +516,15 @@ def bench_sample(ctx: Ctx, name: str, size: dict, seed: int, device=None) -> lis
     return rows
 
 
+# bf16 storage rounds each value to 8 bits (~2^-8 relative). The grid gradient also
+# accumulates in bf16 (as F.grid_sample's does): every atomic add rounds, and an S4 voxel takes
+# up to 256 of them in an order that changes from run to run. Replayed add by add on the CPU
+# (bench/bf16_accumulation.py, 8 orders) that lands 0.018-0.037 from the exact sum, and the
+# H100 measured 0.018-0.040, so 3e-2 failed at random; 1e-1 still catches the O(1) error of a
+# wrong corner or weight.
+BF16_TOLERANCE = {"fw_rel_err": 3e-2, "grad_features_rel_err": 1e-1, "grad_points_rel_err": 3e-2}
+
+
 def bench_bf16(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
     fp32 = SampleCase(ctx, size, seed, ctx.device)
     bf16 = fp32.to(torch.bfloat16)
@@ -491,7 +538,7 @@ def bench_bf16(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
     ours32 = {k: min(before[k], after[k], key=median_or_inf) for k in before}
     rows = sample_rows(name, bf16, ours16, "ours fp32 (S1)", ours32, suffix="_vs_fp32")
     rows += sample_rows(name, bf16, ours16, "F.grid_sample bf16", bf16.baseline())
-    attach_check(rows, check, 3e-2)  # bf16 storage: ~2^-8 relative rounding
+    attach_check(rows, check, BF16_TOLERANCE)
     return rows
 
 
@@ -622,6 +669,12 @@ def noisy(stats: dict | None) -> bool:
     return bool(stats) and stats["p80"] > NOISY_SPREAD * stats["p20"]
 
 
+def host_bound(stats: dict | None) -> bool:
+    """The GPU's sleep ended before every repetition was enqueued: some were timed while the
+    GPU waited on the host."""
+    return bool(stats) and stats.get("queued") is False
+
+
 def targets(rows: list[dict]) -> list[dict]:
     """Every target of the workloads that ran, with its measured value and verdict
     (an errored measurement counts as missed; a noisy one is not counted as met)."""
@@ -660,10 +713,14 @@ def targets(rows: list[dict]) -> list[dict]:
             met = False
         else:
             met = value <= threshold if kind == "ratio" else value >= threshold
+        # the timings the verdict uses: a bandwidth target does not depend on the baseline
+        used = [row.get("ours")] + ([] if kind == "pct" else [row.get("baseline_stats")])
         if row.get("check_ok") is False:
             met, shown = False, shown + " (WRONG RESULTS)"
-        elif noisy(row.get("ours")) or noisy(row.get("baseline_stats")):
+        elif any(noisy(t) for t in used):
             met, shown = False, shown + " (NOISY: re-run)"
+        elif any(host_bound(t) for t in used):
+            met, shown = False, shown + " (HOST-BOUND: GPU idled between kernels)"
         result.append(
             {
                 "workload": w,
@@ -872,7 +929,7 @@ def main(argv=None) -> int:
     ]
     wrong = {
         r["workload"]: f"  {r['workload']}: (!) results differ from the reference beyond "
-        f"{r['check_tol']:g}: {r['check']}"
+        f"{r['check_tol']}: {r['check']}"
         for r in rows
         if r.get("check_ok") is False
     }

@@ -10,8 +10,8 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/grid_ext} TORCH_CUDA_AR
 ncu --clock-control none --kernel-name regex:"sample_(forward|backward)_kernel" --launch-count 4 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
   --section LaunchStats --section WarpStateStats \
-  --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_red.sum \
+  --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_red.sum,l1tex__t_sector_hit_rate.pct,lts__t_sector_hit_rate.pct,breakdown:gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed \
   python3 bench/bench_ops.py --device cuda --only "$workload" --warmup 1 --reps 1 \
   --json "$OUT/ncu_bench.json" >"$OUT/ncu_$workload.txt" 2>&1
-grep -E "sample_(forward|backward)_kernel|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Theoretical Occupancy|Compute \(SM\)|Stall|Mem Busy|Max Bandwidth|dram__bytes|lts__t_sectors" \
-  "$OUT/ncu_$workload.txt" | head -n 80
+grep -E "sample_(forward|backward)_kernel|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Theoretical Occupancy|Compute \(SM\)|Stall|Mem Busy|Max Bandwidth|dram__|lts__|l1tex__" \
+  "$OUT/ncu_$workload.txt" | head -n 120
