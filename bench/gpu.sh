@@ -33,5 +33,9 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   python3 bench/bench_ops.py --device cuda --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log" \
     | tail -n 60
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  # the S1 forward's bound: the same loads and stores without the cell computation
+  python3 bench/gather_probe.py --json "$OUT/gather_probe.json" 2>&1 | tee -a "$OUT/bench.log" \
+    | tail -n 8
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status
