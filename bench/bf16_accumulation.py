@@ -18,20 +18,21 @@ import argparse
 import torch
 from bench_ops import FULL, generator, ray_points
 
+from grid import reference
 
-def contributions(r: int, f: int, points: torch.Tensor, grad: torch.Tensor):
+
+def contributions(r: int, points: torch.Tensor, grad: torch.Tensor):
     """(voxel index [M], weight * grad_out [M, F]) of every in-range corner of every point."""
     index = (points + 1) / 2 * (r - 1)  # align_corners=True
     low = index.floor()
-    frac, low = index - low, low.long()
+    weights = reference._corner_weights(index - low)  # [N, 8]
+    low = low.long()
     voxels, values = [], []
-    for k in range(8):
-        d = torch.tensor([(k >> 2) & 1, (k >> 1) & 1, k & 1])
-        corner = low + d
-        weight = torch.where(d.bool(), frac, 1 - frac).prod(1)
+    for k, offset in enumerate(reference.CORNER_OFFSETS):
+        corner = low + torch.tensor(offset)
         ok = ((corner >= 0) & (corner < r)).all(1)
         voxels.append(((corner[:, 0] * r + corner[:, 1]) * r + corner[:, 2])[ok])
-        values.append(weight[ok, None] * grad[ok])
+        values.append(weights[ok, k, None] * grad[ok])
     return torch.cat(voxels), torch.cat(values)
 
 
@@ -61,7 +62,7 @@ def main() -> None:
     torch.randn(r, r, r, f, generator=gen)  # the features, drawn first as in the benchmark
     points = ray_points(*size["rays"], torch.device("cpu"), gen).reshape(-1, 3)
     grad = torch.randn(points.shape[0], f, generator=gen).bfloat16().float()
-    voxels, values = contributions(r, f, points, grad)
+    voxels, values = contributions(r, points, grad)
     exact = torch.zeros(r**3, f, dtype=torch.float64).index_add_(0, voxels, values.double())
     counts = torch.bincount(voxels, minlength=r**3)
     mean = counts[counts > 0].float().mean()
