@@ -2,7 +2,8 @@
 
 `train/__main__.py` catches `ConfigError` (and so its subclasses) once and prints
 `grid-train: <label>: <message>`. Every message starts with what the user named:
-the dotted config key or the command-line option, then (for a file) the file.
+the dotted config key or the command-line option (then, for a file, the file), or
+the file itself (a run directory's checkpoint).
 
 - `ConfigError`: a key or option with a wrong value.
 - `InputFileError`: a file the command reads (config, checkpoint, `.npy` volume,
