@@ -80,6 +80,16 @@ class VoxelGrid(nn.Module):
             bfloat16 (half precision storage; coordinates stay float32).
         device: where the features live.
 
+    Loading: `load_state_dict` (directly or through a parent module) adopts the
+    saved grid's resolution, so a model rebuilt at its starting resolution loads a
+    state saved after `upsample`. The `features` Parameter stays the same object and
+    its data is resized in place, then the values and the bounds are copied. An
+    optimiser holding state for the old shape is then stale (its next step fails on
+    the shape): load the optimiser's saved state after the model's, as a checkpoint
+    resume does (`model.load_state_dict(...)`, then `optimizer.load_state_dict(...)`).
+    A saved grid with another feature count or dtype is refused with a message
+    (cast first to load another dtype).
+
     Attributes:
         features: `nn.Parameter` `[X, Y, Z, F]`, channels last.
         bounds: buffer `[2, 3]` (min row, max row). It stays float32 (float64 for a
@@ -282,15 +292,72 @@ class VoxelGrid(nn.Module):
                     resized.mul_(ratio**2 if second else ratio)
                 state[key] = resized
 
-        resized = _resample(param.data, new)
-        # Autograd caches the parameter's gradient accumulator, with the old shape, for
-        # as long as any graph that used it is alive (e.g. last step's `loss`); a plain
-        # `.data` swap keeps it and the next backward fails on the shape. set_data drops
-        # the cached accumulator when the dtype changes, so pass through another dtype.
-        other = torch.float64 if param.dtype != torch.float64 else torch.float32
-        param.data = torch.empty(0, dtype=other, device=param.device)
-        param.data = resized
-        param.grad = None
+        _replace_data(param, _resample(param.data, new))
+
+    # ---- loading ------------------------------------------------------------------------
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Tensor],
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """`load_state_dict` (also through a parent module) adopts the saved grid's
+        resolution: the features parameter is resized in place (the same object, as
+        `upsample` does) before the values and the bounds are copied. A saved grid
+        with another feature count or dtype is an error, as is any other shape."""
+        key = prefix + "features"
+        saved = state_dict.get(key)
+        assign = local_metadata.get("assign_to_params_buffers", False)
+        if isinstance(saved, Tensor) and not assign:
+            problem = self._saved_grid_problem(saved)
+            if problem:
+                error_msgs.append(f"{key}: {problem}")
+                state_dict = {k: v for k, v in state_dict.items() if k != key}
+            elif saved.shape != self.features.shape:
+                empty = torch.empty(saved.shape, dtype=saved.dtype, device=self.features.device)
+                _replace_data(self.features, empty)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if key in missing_keys and saved is not None:
+            missing_keys.remove(key)  # present, but refused above with its own message
+
+    def _saved_grid_problem(self, saved: Tensor) -> str:
+        """Why a saved `features` tensor cannot be loaded here ("" if it can)."""
+        features, dtype = self.get_out_dim(), self.features.dtype
+        if saved.dim() != 4 or min(saved.shape[:3]) < 2:
+            return (
+                f"expected a saved grid [X, Y, Z, F] with every size X, Y, Z >= 2, "
+                f"got shape {list(saved.shape)}"
+            )
+        if saved.shape[3] != features:
+            return (
+                f"the saved grid has {saved.shape[3]} features per voxel, this VoxelGrid "
+                f"{features}; loading adopts another resolution, not another feature count"
+            )
+        if saved.dtype != dtype:
+            return (
+                f"the saved grid is {saved.dtype}, this VoxelGrid {dtype}; cast the module "
+                f"(.to({saved.dtype})) or the saved tensor to match before loading"
+            )
+        return ""
+
+
+def _replace_data(param: nn.Parameter, data: Tensor) -> None:
+    """Give `param` new data (any shape) in place, keeping the Parameter object."""
+    # Autograd caches the parameter's gradient accumulator, with the old shape, for
+    # as long as any graph that used it is alive (e.g. last step's `loss`); a plain
+    # `.data` swap keeps it and the next backward fails on the shape. set_data drops
+    # the cached accumulator when the dtype changes, so pass through another dtype.
+    other = torch.float64 if param.dtype != torch.float64 else torch.float32
+    param.data = torch.empty(0, dtype=other, device=param.device)
+    param.data = data
+    param.grad = None
 
 
 def _resample(features: Tensor, resolution: tuple[int, int, int]) -> Tensor:

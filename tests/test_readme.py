@@ -22,3 +22,15 @@ def test_quick_start_has_two_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert quick_start_commands()[1] in ci
+
+
+def test_readme_documents_every_command_line_option():
+    from train.__main__ import _parser
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## The fitting loop", 1)[1].split("\n### ", 1)[0]
+    options = [o for a in _parser()._actions for o in a.option_strings if o.startswith("--")]
+    assert "--overwrite" in options
+    for option in options:
+        if option != "--help":
+            assert f"| `{option}" in table, option

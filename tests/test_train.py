@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 
 from train.__main__ import main
 from train.config import ConfigError, load_config, reference_table, to_dict, to_toml
+from train.rundir import RUN_FILES
 
 # A run small enough for a second or two on a CPU.
 TINY = [
@@ -93,7 +95,7 @@ def test_main_prints_config_errors_and_exits_2(tmp_path, capsys):
     assert "Traceback" not in err
     assert not out.exists()  # nothing was started
     assert main(["--config", str(tmp_path / "missing.toml")]) == 2
-    assert "--config: no such file" in capsys.readouterr().err
+    assert f"--config: {tmp_path / 'missing.toml'}: no such file" in capsys.readouterr().err
     assert main(["--resume"]) == 2
     assert "--resume: needs --out" in capsys.readouterr().err
 
@@ -143,6 +145,8 @@ def test_tiny_run_writes_the_run_directory(tmp_path, capsys):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = load_config(out / "config.toml")
     assert saved.train.steps == 24 and saved.grid.resolution == 8
+    # --overwrite deletes RUN_FILES: it must list everything a run writes.
+    assert {p.name for p in out.iterdir()} == set(RUN_FILES) - {"checkpoint.pt.tmp"}
 
 
 def final_state(out: Path) -> dict:
@@ -156,7 +160,9 @@ def without_timing(out: Path) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("stop_at", [11, 16])  # 16: exactly at the upsample step
+# 16: exactly at the upsample step; 20: the checkpoint holds the upsampled grid, which the
+# model, rebuilt from the config at its starting resolution, adopts when loading it.
+@pytest.mark.parametrize("stop_at", [11, 16, 20])
 def test_resume_continues_exactly(tmp_path, stop_at):
     args = sets(
         *TINY,
@@ -237,3 +243,159 @@ def test_sdf_targets_and_surface_sampling():
         near = target.surface_points(500, 0.0, lo, hi, gen)
         assert near.shape == (500, 3)
         assert target(near).abs().max().item() < 1e-4
+
+
+# ---- run directories, unusable files, missing packages: one line, exit 2 ------------------
+
+
+def one_line_error(capsys) -> str:
+    """The command's stderr, checked to be a single line without a traceback."""
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *sets(*TINY)]) == 0
+    before = {name: (out / name).read_bytes() for name in ("metrics.jsonl", "checkpoint.pt")}
+    capsys.readouterr()
+    assert main(["--out", str(out), *sets(*TINY, "train.steps=16")]) == 2
+    err = one_line_error(capsys)
+    assert f"--out: {out} already holds a run" in err
+    assert "--resume" in err and "--overwrite" in err
+    assert {name: (out / name).read_bytes() for name in before} == before  # nothing lost
+
+
+def test_overwrite_replaces_the_run_and_keeps_other_files(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *sets(*TINY, "output.pictures=true")]) == 0
+    (out / "notes.txt").write_text("mine")
+    args = ["--out", str(out), "--overwrite", *sets(*TINY, "train.steps=16")]
+    assert main(args) == 0
+    assert "--overwrite: deleted checkpoint.pt" in capsys.readouterr().err
+    assert [r["step"] for r in without_timing(out)] == [8, 16]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 16
+    assert not (out / "slices.png").exists()  # the old run's pictures went with it
+    assert (out / "notes.txt").read_text() == "mine"
+    assert main(["--out", str(out), "--resume", "--overwrite"]) == 2
+    assert "--overwrite: not used with --resume" in one_line_error(capsys)
+
+
+def test_the_default_out_follows_the_same_rule(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp.toml").write_text("")
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    (tmp_path / "runs" / "exp" / "metrics.jsonl").write_text('{"step": 8}\n')
+    assert main(["--config", "exp.toml", *sets(*TINY)]) == 2
+    assert f"--out: {Path('runs') / 'exp'} already holds a run (metrics.jsonl)" in one_line_error(
+        capsys
+    )
+    (tmp_path / "file").write_text("")
+    assert main(["--out", "file", *sets(*TINY)]) == 2
+    assert "--out: file is not a directory" in one_line_error(capsys)
+
+
+def stopped_run(tmp_path: Path, stop_at: int = 8) -> Path:
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *sets(*TINY), "--stop-at", str(stop_at)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path, capsys, damage):
+    out = stopped_run(tmp_path)
+    path = out / "checkpoint.pt"
+    data = path.read_bytes()
+    path.write_bytes(
+        {"truncated": data[: len(data) // 2], "garbage": b"x" * 100, "empty": b""}[damage]
+    )
+    capsys.readouterr()
+    assert main(["--out", str(out), "--resume"]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith(f"grid-train: file error: {path}: damaged (truncated or corrupt)"), err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kind": "nerf"}, "a checkpoint of a 'nerf' experiment, but this run is a 'field' one"),
+        ({"format": 99}, "checkpoint format 99, but this version of grid-train reads formats 1 to"),
+        ({"model": None, "step": None}, "not a grid-train checkpoint (it lacks 'step'"),
+        (
+            {"model": {"features": torch.ones(8, 8, 8, 2), "bounds": torch.ones(2, 3)}},
+            "does not fit this run (Error(s) in loading state_dict for VoxelGrid: "
+            "features: the saved grid has 2 features per voxel, this VoxelGrid 1",
+        ),
+    ],
+)
+def test_a_checkpoint_of_another_kind_or_version_is_refused(tmp_path, capsys, change, message):
+    out = stopped_run(tmp_path)
+    state = final_state(out)
+    assert state["format"] == 2 and state["kind"] == "field"
+    state.update(change)
+    torch.save({k: v for k, v in state.items() if v is not None}, out / "checkpoint.pt")
+    capsys.readouterr()
+    assert main(["--out", str(out), "--resume"]) == 2
+    assert f"{out / 'checkpoint.pt'}: {message}" in one_line_error(capsys)
+
+
+def test_a_checkpoint_without_format_and_kind_resumes(tmp_path):
+    # Checkpoints written before "format" and "kind" existed (format 1) still resume.
+    out = stopped_run(tmp_path, stop_at=16)
+    state = final_state(out)
+    del state["format"], state["kind"]
+    torch.save(state, out / "checkpoint.pt")
+    assert main(["--out", str(out), "--resume"]) == 0
+    assert final_state(out)["step"] == 24
+
+
+def test_a_torn_last_metrics_line_is_dropped_and_a_damaged_one_named(tmp_path, capsys):
+    out = stopped_run(tmp_path, stop_at=16)
+    log = out / "metrics.jsonl"
+    with log.open("a") as f:
+        f.write('{"step": 24, "mse"')  # a crash in the middle of a write
+    assert main(["--out", str(out), "--resume"]) == 0
+    assert [r["step"] for r in without_timing(out)] == [8, 16, 24]
+
+    out = stopped_run(tmp_path / "second", stop_at=16)
+    log = out / "metrics.jsonl"
+    log.write_text("not json\n" + log.read_text())
+    capsys.readouterr()
+    assert main(["--out", str(out), "--resume"]) == 2
+    assert f"{log}: line 1 is not a metrics record" in one_line_error(capsys)
+
+
+def test_unreadable_config_files_are_named_in_one_line(tmp_path, capsys):
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    for path, problem in [(tmp_path, "is a directory"), (binary, "not a valid TOML config")]:
+        assert main(["--config", str(path), "--out", str(tmp_path / "run")]) == 2
+        assert f"file error: --config: {path}: {problem}" in one_line_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("problem", ["nan", "truncated"])
+def test_unusable_npy_files_are_named_in_one_line(tmp_path, capsys, problem):
+    path = tmp_path / "volume.npy"
+    volume = np.ones((4, 5, 6), dtype=np.float32)
+    volume[1, 2, 3] = np.nan if problem == "nan" else 0
+    np.save(path, volume)
+    if problem == "truncated":
+        path.write_bytes(path.read_bytes()[:-50])
+    args = [*TINY, "target.kind=npy", f"target.path={path}"]
+    assert main(["--out", str(tmp_path / "run"), *sets(*args)]) == 2
+    err = one_line_error(capsys)
+    expected = "1 values are NaN or infinite" if problem == "nan" else "not a valid .npy array"
+    assert f"file error: target.path: {path}: {expected}" in err
+
+
+def test_missing_matplotlib_is_found_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *sets(*TINY, "output.pictures=true")]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith("grid-train: missing dependency: output.pictures: "), err
+    assert "pip install '.[train]'" in err and "--set output.pictures=false" in err
+    assert not out.exists()  # nothing was started
+    assert main(["--out", str(out), *sets(*TINY)]) == 0  # pictures off: no matplotlib needed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -219,6 +221,74 @@ def test_upsample_with_a_foreign_optimizer_is_refused():
     other = torch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])
     with pytest.raises(ValueError, match="optimizer: does not hold"):
         g.upsample(5, optimizer=other)
+
+
+class Field(torch.nn.Module):
+    """A model holding a VoxelGrid, built at its coarse starting resolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grid = VoxelGrid((4, 5, 4), 2, init="normal", init_scale=0.1)
+        self.head = torch.nn.Linear(2, 1)
+
+    def forward(self, xyz: torch.Tensor) -> torch.Tensor:
+        return self.head(self.grid(xyz))[..., 0]
+
+
+def train_field(model: Field, opt: torch.optim.Optimizer, steps: int, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        pts = random_inside(128, gen).float()
+        loss = (model(pts) - pts.sum(-1)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_load_state_dict_adopts_an_upsampled_resolution():
+    torch.manual_seed(0)
+    trained = Field()
+    trained.grid.bounds.copy_(torch.tensor([LO, HI]))
+    opt = torch.optim.Adam(trained.parameters(), lr=0.02)
+    train_field(trained, opt, 5, seed=1)
+    trained.grid.upsample((9, 7, 6), optimizer=opt)
+    train_field(trained, opt, 5, seed=2)
+    model_state = copy.deepcopy(trained.state_dict())
+    opt_state = copy.deepcopy(opt.state_dict())
+
+    rebuilt = Field()  # the constructor's coarse resolution and default bounds
+    param = rebuilt.grid.features
+    rebuilt_opt = torch.optim.Adam(rebuilt.parameters(), lr=0.02)
+    rebuilt.load_state_dict(model_state)
+    assert rebuilt.grid.features is param  # the same Parameter, resized in place
+    assert rebuilt.grid.resolution == (9, 7, 6)
+    assert torch.equal(rebuilt.grid.features, trained.grid.features)
+    assert torch.equal(rebuilt.grid.bounds, trained.grid.bounds)  # the box is adopted too
+    pts = random_inside(64, torch.Generator().manual_seed(3)).float()
+    assert torch.equal(rebuilt(pts), trained(pts))
+
+    # The optimiser state saved with the model goes on exactly where it stopped.
+    rebuilt_opt.load_state_dict(opt_state)
+    train_field(trained, opt, 1, seed=4)
+    train_field(rebuilt, rebuilt_opt, 1, seed=4)
+    assert torch.equal(rebuilt.grid.features, trained.grid.features)
+    assert torch.equal(
+        rebuilt_opt.state[param]["exp_avg"], opt.state[trained.grid.features]["exp_avg"]
+    )
+
+
+def test_load_state_dict_refuses_another_feature_count_or_dtype():
+    state = VoxelGrid(6, 3).state_dict()
+    with pytest.raises(RuntimeError, match="features: the saved grid has 3 features per voxel"):
+        VoxelGrid(4, 2).load_state_dict(state)
+    with pytest.raises(RuntimeError, match="features: the saved grid is torch.float64"):
+        VoxelGrid(4, 3).load_state_dict(VoxelGrid(6, 3, dtype=torch.float64).state_dict())
+    with pytest.raises(RuntimeError, match=r"grid.features: expected a saved grid \[X, Y, Z, F\]"):
+        Field().load_state_dict({**Field().state_dict(), "grid.features": torch.zeros(4, 5, 4)})
+    g = VoxelGrid(4, 2)
+    with pytest.raises(RuntimeError, match="the saved grid has 3 features"):
+        torch.nn.Sequential(g).load_state_dict({"0." + k: v for k, v in state.items()})
+    assert g.resolution == (4, 4, 4)  # a refused state leaves the module as it was
 
 
 def test_total_variation():

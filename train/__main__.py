@@ -7,7 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ConfigError, load_config
+from .config import load_config
+from .dependencies import check_dependencies
+from .errors import ConfigError
+from .rundir import check_run_dir
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -15,6 +18,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m train",
         description="Fit a VoxelGrid to a target field and write a run directory "
         "(config.toml, metrics.jsonl, summary.json, checkpoint.pt, slices.png, curves.png).",
+        epilog="Errors in the config, the files it reads, the run directory or a missing "
+        "optional package stop the command before any work, with one line and exit code 2.",
     )
     parser.add_argument("--config", type=Path, help="experiment TOML file (default: built-ins)")
     parser.add_argument(
@@ -24,11 +29,22 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override one key, e.g. --set grid.resolution=64 --set train.steps=500",
     )
-    parser.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="run directory (default: runs/<config name>); a new run refuses one that "
+        "already holds a run",
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the run in --out from its checkpoint (its config, plus any --set)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out: delete the files a run writes there "
+        "(config.toml, metrics.jsonl, summary.json, checkpoint.pt, pictures), keep the rest",
     )
     parser.add_argument(
         "--stop-at",
@@ -39,31 +55,42 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_resume_args(args: argparse.Namespace) -> None:
+    if args.out is None:
+        raise ConfigError("--resume: needs --out DIR, the run directory to continue")
+    if args.config is not None:
+        raise ConfigError(
+            "--config: not used with --resume (the checkpoint holds the config; "
+            "change keys with --set)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, validate the config (exit 2 on error, no traceback), run."""
+    """Parse arguments and run. Every ConfigError (a bad key or option, an unusable
+    file, a run directory that holds a run, a missing optional package) prints one
+    line and returns 2, before any training."""
     args = _parser().parse_args(argv)
     try:
         if args.resume:
-            if args.out is None:
-                raise ConfigError("--resume: needs --out DIR, the run directory to continue")
-            if args.config is not None:
-                raise ConfigError(
-                    "--config: not used with --resume (the checkpoint holds the config; "
-                    "change keys with --set)"
-                )
+            _check_resume_args(args)
+        out = args.out or Path("runs") / (args.config.stem if args.config else "default")
+        check_run_dir(out, resume=args.resume, overwrite=args.overwrite)
+        if args.resume:
             from .loop import resume_config  # imports grid (may compile on first use)
 
-            config = resume_config(args.out, args.set)
+            config = resume_config(out, args.set)
         else:
             config = load_config(args.config, args.set)
+        check_dependencies(config)
+
+        from .loop import run
+
+        summary = run(
+            config, out, resume=args.resume, overwrite=args.overwrite, stop_at=args.stop_at
+        )
     except ConfigError as error:
-        print(f"grid-train: config error: {error}", file=sys.stderr)
+        print(f"grid-train: {error.label}: {error}", file=sys.stderr)
         return 2
-    out = args.out or Path("runs") / (args.config.stem if args.config else "default")
-
-    from .loop import run
-
-    summary = run(config, out, resume=args.resume, stop_at=args.stop_at)
     if summary is not None:
         print(json.dumps(summary, indent=2))
         print(f"wrote {out}/", file=sys.stderr)

@@ -6,7 +6,8 @@ an empty file is a valid experiment. `--set section.key=value` overrides one key
 the value is read as a TOML value (`64`, `1e-2`, `[32, 32, 64]`, `true`) and, if
 that fails, as a bare string (`--set target.kind=torus`).
 
-Every error is a `ConfigError` whose message starts with the dotted key.
+Every error is a `ConfigError` (defined in `errors.py`) whose message starts with the
+dotted key; a file that cannot be used is an `InputFileError` naming the file too.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the offending key."""
+from .errors import ConfigError, InputFileError, read_input
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -266,13 +265,7 @@ def load_config(
     """
     raw: dict = {} if base is None else json.loads(json.dumps(base))
     if path is not None:
-        try:
-            with open(path, "rb") as f:
-                raw = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"--config: no such file: {path}") from None
-        except tomllib.TOMLDecodeError as error:
-            raise ConfigError(f"--config: {path} is not valid TOML: {error}") from None
+        raw = read_input(path, _read_toml, "TOML config", key="--config")
     explicit_target = set(raw.get("target", {})) if isinstance(raw.get("target"), dict) else set()
     overridden_target: set[str] = set()
     for text in overrides:
@@ -293,6 +286,11 @@ def load_config(
     config = _build(Config, raw, "")
     validate(config, explicit_target)
     return config
+
+
+def _read_toml(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
 
 
 # ---- values ---------------------------------------------------------------------------------
@@ -432,21 +430,26 @@ def validate(config: Config, explicit_target: set[str] = frozenset()) -> None:
 
 
 def _check_npy(path: str) -> Path:
+    """The resolved path of a readable 3-D numeric `.npy` array (only its header is read)."""
     if not path:
         raise ConfigError("target.path: required when target.kind = 'npy' (a .npy file)")
     file = Path(path).expanduser().resolve()
-    if not file.is_file():
-        raise ConfigError(f"target.path: no such file: {path}")
-    try:
-        array = np.load(file, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as error:
-        raise ConfigError(f"target.path: {path} is not a readable .npy array ({error})") from None
+    array = read_input(
+        file,
+        lambda f: np.load(f, mmap_mode="r", allow_pickle=False),
+        ".npy array",
+        key="target.path",
+    )
     if array.ndim != 3 or min(array.shape) < 2:
-        raise ConfigError(
-            f"target.path: expected a 3-D array with every size >= 2, got shape {array.shape}"
+        raise InputFileError(
+            file,
+            f"expected a 3-D array with every size >= 2, got shape {array.shape}",
+            key="target.path",
         )
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise ConfigError(f"target.path: expected a numeric array, got dtype {array.dtype}")
+        raise InputFileError(
+            file, f"expected a numeric array, got dtype {array.dtype}", key="target.path"
+        )
     return file
 
 

@@ -1,6 +1,7 @@
 """The fitting loop: sample points, MSE against the target, Adam, evaluate, checkpoint.
 
-Run directory layout (all written by `run`):
+Run directory layout (all written by `run`; `rundir.RUN_FILES` lists them, and a new
+run refuses a directory holding them unless told to resume or overwrite it):
 
     config.toml       the resolved config (feed it back with --config)
     metrics.jsonl     one JSON object per evaluation
@@ -27,10 +28,23 @@ import grid
 from grid.voxel_grid import VoxelGrid
 
 from .config import Config, as_resolution, load_config, to_dict, to_toml
+from .dependencies import check_dependencies
+from .errors import ConfigError, InputFileError, read_input
 from .metrics import MetricsLog, psnr
+from .rundir import check_run_dir, prepare_run_dir
 from .targets import Target, make_target
 
 CHECKPOINT = "checkpoint.pt"
+#: Layout of checkpoint.pt. 2: stores "format" and "kind"; 1: the same keys without
+#: them (written before they existed; read as a field checkpoint).
+CHECKPOINT_FORMAT = 2
+#: What this loop fits; stored in its checkpoints so another experiment's are refused.
+EXPERIMENT_KIND = "field"
+#: Keys every readable checkpoint holds (besides "format" and "kind").
+CHECKPOINT_KEYS = (
+    *("step", "config", "model", "optimizer", "generator", "torch_rng"),
+    *("seconds", "train_seconds", "loss_sum", "loss_count"),
+)
 EVAL_CHUNK = 1 << 18
 
 
@@ -103,33 +117,70 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def load_checkpoint(out_dir: Path) -> dict[str, Any]:
-    """The checkpoint of a run directory (tensors on the CPU)."""
-    return torch.load(out_dir / CHECKPOINT, map_location="cpu", weights_only=True)
+def load_checkpoint(out_dir: Path, kind: str = EXPERIMENT_KIND) -> dict[str, Any]:
+    """The checkpoint of a run directory (tensors on the CPU).
+
+    Raises InputFileError naming the file when it is damaged (truncated, corrupt),
+    not a grid-train checkpoint, of another experiment kind, or of a format this
+    version does not read.
+    """
+    path = out_dir / CHECKPOINT
+    state = read_input(
+        path,
+        lambda f: torch.load(f, map_location="cpu", weights_only=True),
+        "checkpoint",
+        invalid="damaged (truncated or corrupt) or not a checkpoint",
+        hint="it cannot be resumed; start the run again with --overwrite",
+    )
+    if not isinstance(state, dict) or not all(k in state for k in CHECKPOINT_KEYS):
+        missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
+        raise InputFileError(
+            path, f"not a grid-train checkpoint (it lacks {', '.join(map(repr, missing))})"
+        )
+    version = state.get("format", 1)
+    if version not in range(1, CHECKPOINT_FORMAT + 1):
+        raise InputFileError(
+            path,
+            f"checkpoint format {version!r}, but this version of grid-train reads formats "
+            f"1 to {CHECKPOINT_FORMAT} (written by a newer grid-train?)",
+        )
+    found = state.get("kind", EXPERIMENT_KIND)
+    if found != kind:
+        raise InputFileError(
+            path, f"a checkpoint of a {found!r} experiment, but this run is a {kind!r} one"
+        )
+    return state
 
 
 def resume_config(out_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """The config a run directory's checkpoint was written with, plus `--set` overrides.
 
-    Raises ConfigError (key `--resume`) when there is no checkpoint.
+    Raises ConfigError (key `--resume`) when there is no checkpoint, InputFileError
+    when it cannot be used (see `load_checkpoint`).
     """
-    from .config import ConfigError
-
     if not (out_dir / CHECKPOINT).is_file():
         raise ConfigError(f"--resume: no {CHECKPOINT} in {out_dir}")
     return load_config(base=load_checkpoint(out_dir)["config"], overrides=overrides)
 
 
 def run(
-    config: Config, out_dir: str | Path, *, resume: bool = False, stop_at: int | None = None
+    config: Config,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    stop_at: int | None = None,
 ) -> dict[str, Any] | None:
     """Fit a VoxelGrid to the configured target; write the run directory.
 
     Args:
         config: a validated config (`load_config`).
-        out_dir: the run directory (created if needed).
+        out_dir: the run directory (created if needed). A new run refuses a
+            directory that already holds one (ConfigError) unless `overwrite`.
         resume: continue from `out_dir/checkpoint.pt`. With the same config the
             result is identical to an uninterrupted run (RNG states are saved).
+        overwrite: replace the run in `out_dir`: delete the files a run writes
+            (`rundir.RUN_FILES`), keep anything else. Not with `resume`.
         stop_at: stop after this step (writing the checkpoint) without finishing;
             continue later with `resume=True`.
 
@@ -138,10 +189,13 @@ def run(
     """
     c = config
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_dependencies(c)
+    check_run_dir(out, resume=resume, overwrite=overwrite)
     device = select_device(c.device)
     lo, hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
     target = make_target(c.target, c.grid.bounds).to(device)
+    # Only now that the target's files are read: a failure leaves the old run intact.
+    prepare_run_dir(out, resume=resume, overwrite=overwrite)
 
     # Fixed held-out points, independent of the training seed.
     eval_gen = torch.Generator().manual_seed(c.eval.seed)
@@ -158,8 +212,6 @@ def run(
     step, seconds, train_seconds = 0, 0.0, 0.0
     loss_sum, loss_count = torch.zeros((), dtype=torch.float64, device=device), 0
     checkpoint = load_checkpoint(out) if resume else None
-    if checkpoint is not None:
-        resolution = tuple(checkpoint["resolution"])
     model = VoxelGrid(
         resolution,
         1,
@@ -171,10 +223,14 @@ def run(
     )
     optimizer = make_optimizer(model, c)
     if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        gen.set_state(checkpoint["generator"])
-        torch.set_rng_state(checkpoint["torch_rng"])
+        try:
+            model.load_state_dict(checkpoint["model"])  # adopts an upsampled resolution
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            gen.set_state(checkpoint["generator"])
+            torch.set_rng_state(checkpoint["torch_rng"])
+        except (RuntimeError, ValueError, TypeError, KeyError) as error:
+            problem = " ".join(str(error).split())  # one line
+            raise InputFileError(out / CHECKPOINT, f"does not fit this run ({problem})") from None
         step, seconds = checkpoint["step"], checkpoint["seconds"]
         train_seconds = checkpoint["train_seconds"]
         loss_sum = checkpoint["loss_sum"].to(device)
@@ -187,6 +243,8 @@ def run(
 
     def state() -> dict[str, Any]:
         return {
+            "format": CHECKPOINT_FORMAT,
+            "kind": EXPERIMENT_KIND,
             "step": step,
             "config": to_dict(c),
             "resolution": list(model.resolution),

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .errors import InputFileError, read_input
+
 
 def psnr(mse: float, value_range: float) -> float:
     """Peak signal-to-noise ratio in dB: `10 * log10(range^2 / mse)`.
@@ -27,15 +29,34 @@ class MetricsLog:
         self.path = path
 
     def truncate_after(self, step: int) -> None:
-        """Drop lines logged after `step` (a resumed run redoes those steps)."""
+        """Drop lines logged after `step` (a resumed run redoes those steps).
+
+        A last line cut short by a crash (no newline at its end, not JSON) is dropped
+        too; any other line that is not a JSON record raises InputFileError.
+        """
         if not self.path.exists():
             return
+        text = read_input(self.path, Path.read_text, "metrics log")
+        lines = text.splitlines()
+        if lines and not text.endswith("\n"):
+            try:
+                json.loads(lines[-1])
+            except ValueError:
+                lines.pop()  # torn by a crash while it was written
         keep = [
-            line
-            for line in self.path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= step
+            line for n, line in enumerate(lines, 1) if line.strip() and self._step(line, n) <= step
         ]
         self.path.write_text("".join(line + "\n" for line in keep))
+
+    def _step(self, line: str, number: int) -> int:
+        """The `step` of line `number`; InputFileError if it is not a metrics record."""
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, TypeError, KeyError):
+            step = None
+        if not isinstance(step, int):
+            raise InputFileError(self.path, f"line {number} is not a metrics record: {line[:80]!r}")
+        return step
 
     def reset(self) -> None:
         self.path.write_text("")

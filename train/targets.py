@@ -14,6 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import TargetConfig
+from .errors import InputFileError, read_input
+
+_NPY_KEY = "target.path"  # the config key naming a Volume's file
 
 
 class Target:
@@ -159,7 +162,15 @@ class Volume(Target):
     name = "npy"
 
     def __init__(self, path: str, axes: str, bounds: list[list[float]]) -> None:
-        array = np.load(path, allow_pickle=False).astype(np.float32)
+        array = read_input(
+            path, lambda f: np.load(f, allow_pickle=False), ".npy array", key=_NPY_KEY
+        )
+        array = array.astype(np.float32)
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        if bad:
+            raise InputFileError(
+                path, f"{bad} values are NaN or infinite (as float32)", key=_NPY_KEY
+            )
         volume = torch.from_numpy(array)
         # F.grid_sample wants [D, H, W] = [Z, Y, X], the first index being z.
         self.volume = volume.permute(2, 1, 0) if axes == "xyz" else volume
