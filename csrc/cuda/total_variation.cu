@@ -39,13 +39,6 @@ __device__ acc_t block_sum(acc_t x) {
   return x;
 }
 
-template <typename scalar_t, int V>
-__device__ __forceinline__ void load_acc(const scalar_t* p, acc_type<scalar_t> (&x)[V]) {
-  const Vec<scalar_t, V> v = load_vec<scalar_t, V>(p);
-#pragma unroll
-  for (int i = 0; i < V; ++i) x[i] = to_acc(v.v[i]);
-}
-
 // grid (blockIdx.x: vectors of an x-slab, blockIdx.y: chunks of x_chunk slabs).
 template <typename scalar_t, int V, bool kValue, bool kGrad, bool kAdd>
 __global__ void __launch_bounds__(kThreads)
@@ -61,6 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t x_begin = blockIdx.y * x_chunk, x_end = min(X, x_begin + x_chunk);
   acc_t sum = 0;
   if (t * V < sx) {
+    using raw_t = Vec<scalar_t, V>;
     const int64_t e = t * V, voxel = e / F, y = voxel / Z, z = voxel % Z;
     acc_t gc[3];
     if constexpr (kGrad) {
@@ -68,62 +62,58 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int a = 0; a < 3; ++a) gc[a] = 2 * s * coef.value[a];
     }
-    acc_t prev[V], cur[V], next[V];
-    load_acc<scalar_t, V>(f + x_begin * sx + e, cur);
-    if (kGrad && x_begin > 0) load_acc<scalar_t, V>(f + (x_begin - 1) * sx + e, prev);
+    const auto load = [&](int64_t offset) { return load_vec<scalar_t, V>(f + offset); };
+    // The x-walk keeps slabs x-1, x, x+1 in registers and loads x+2 one step ahead, so
+    // every load of a step (x+2, the y and z neighbours, the old gradient) is in flight
+    // before its first use.
+    const int64_t o0 = x_begin * sx + e;
+    raw_t r_prev{}, r_cur = load(o0), r_next{};
+    if (x_begin + 1 < X) r_next = load(o0 + sx);
+    if (kGrad && x_begin > 0) r_prev = load(o0 - sx);
+    const bool has_next_yz[2] = {y + 1 < Y, z + 1 < Z};
+    const bool has_prev_yz[2] = {y > 0, z > 0};
+    const int64_t step_yz[2] = {sy, F};
     for (int64_t x = x_begin; x < x_end; ++x) {
       const int64_t o = x * sx + e;
-      const bool has_next[3] = {x + 1 < X, y + 1 < Y, z + 1 < Z};
-      const bool has_prev[3] = {x > 0, y > 0, z > 0};
-      const int64_t step[3] = {sx, sy, F};
+      raw_t r_after{}, r_up[2]{}, r_down[2]{}, r_old{};
+      if (x + 2 < X && x + 1 < x_end) r_after = load(o + 2 * sx);
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        if (has_next_yz[a]) r_up[a] = load(o + step_yz[a]);
+        if (kGrad && has_prev_yz[a]) r_down[a] = load(o - step_yz[a]);
+      }
+      if constexpr (kAdd) r_old = load_vec<scalar_t, V>(grad + o);
+
+      const raw_t* up[3] = {&r_next, &r_up[0], &r_up[1]};
+      const raw_t* down[3] = {&r_prev, &r_down[0], &r_down[1]};
+      const bool has_up[3] = {x + 1 < X, has_next_yz[0], has_next_yz[1]};
+      const bool has_down[3] = {x > 0, has_prev_yz[0], has_prev_yz[1]};
       acc_t g[V] = {};
-      if (has_next[0]) load_acc<scalar_t, V>(f + o + sx, next);
 #pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        if (has_next[a]) {
-          acc_t n[V];
-          if (a == 0) {
+      for (int i = 0; i < V; ++i) {
+        const acc_t c = to_acc(r_cur.v[i]);
 #pragma unroll
-            for (int i = 0; i < V; ++i) n[i] = next[i];
-          } else {
-            load_acc<scalar_t, V>(f + o + step[a], n);
-          }
-#pragma unroll
-          for (int i = 0; i < V; ++i) {
-            const acc_t d = n[i] - cur[i];
+        for (int a = 0; a < 3; ++a) {
+          if (has_up[a]) {
+            const acc_t d = to_acc(up[a]->v[i]) - c;
             if constexpr (kValue) sum += coef.value[a] * d * d;
             if constexpr (kGrad) g[i] -= gc[a] * d;
           }
-        }
-        if (kGrad && has_prev[a]) {
-          acc_t p[V];
-          if (a == 0) {
-#pragma unroll
-            for (int i = 0; i < V; ++i) p[i] = prev[i];
-          } else {
-            load_acc<scalar_t, V>(f + o - step[a], p);
-          }
-#pragma unroll
-          for (int i = 0; i < V; ++i) g[i] += gc[a] * (cur[i] - p[i]);
+          if (kGrad && has_down[a]) g[i] += gc[a] * (c - to_acc(down[a]->v[i]));
         }
       }
       if constexpr (kGrad) {
-        Vec<scalar_t, V> out;
-        if constexpr (kAdd) {
-          acc_t old[V];
-          load_acc<scalar_t, V>(grad + o, old);
+        raw_t out;
 #pragma unroll
-          for (int i = 0; i < V; ++i) g[i] += old[i];
+        for (int i = 0; i < V; ++i) {
+          if constexpr (kAdd) g[i] += to_acc(r_old.v[i]);
+          out.v[i] = static_cast<scalar_t>(g[i]);
         }
-#pragma unroll
-        for (int i = 0; i < V; ++i) out.v[i] = static_cast<scalar_t>(g[i]);
         store_vec<scalar_t, V>(grad + o, out);
       }
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        prev[i] = cur[i];
-        cur[i] = next[i];
-      }
+      r_prev = r_cur;
+      r_cur = r_next;
+      r_next = r_after;
     }
   }
   if constexpr (kValue) {
