@@ -18,6 +18,13 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
         R = 128, F = 16, 2^20 uniform points; vs the same step with F.grid_sample.
     C1  CPU (always), grid.sample R = 128, F = 16, 2^18 uniform points, forward and
         forward+backward; vs F.grid_sample on the CPU.
+    O1  per-call host cost on tiny inputs ([4, 4, 4, 8] grid, 16 points), microseconds per
+        call (many calls back to back, then one synchronize): grid.sample forward and
+        forward+backward, VoxelGrid forward, and grid.sample on 0 points (the custom-op
+        dispatch floor); vs F.grid_sample. On the GPU device and on the CPU with 1 thread.
+    V1  total variation, R = 256, F = 16, float32: grid.total_variation forward+backward,
+        and total_variation_add_grad_ (the gradient added into an existing one); vs the
+        plain PyTorch definition (grid.reference.total_variation) forward+backward.
 
 Every time is a median over repetitions (CUDA events on the GPU, perf_counter on the
 CPU). The "floor" is the minimal bytes a workload must move divided by the copy
@@ -48,7 +55,7 @@ if str(ROOT) not in sys.path:
 import grid  # noqa: E402
 from grid import reference  # noqa: E402
 
-WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "T1", "C1")
+WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "T1", "C1", "O1", "V1")
 MB = 2**20
 
 # name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.
@@ -61,6 +68,8 @@ FULL = {
     "S4": {"r": 128, "f": 16, "rays": (4096, 256)},
     "T1": {"r": 128, "f": 16, "n": 2**20},
     "C1": {"r": 128, "f": 16, "n": 2**18},
+    "O1": {"r": 4, "f": 8, "n": 16, "calls": 2000},
+    "V1": {"r": 256, "f": 16},
 }
 QUICK = {
     "P1": {"n": 16384, "f": 64},
@@ -71,6 +80,8 @@ QUICK = {
     "S4": {"r": 64, "f": 16, "rays": (512, 128)},
     "T1": {"r": 64, "f": 16, "n": 2**16},
     "C1": {"r": 64, "f": 16, "n": 2**16},
+    "O1": {"r": 4, "f": 8, "n": 16, "calls": 500},
+    "V1": {"r": 64, "f": 16},
 }
 
 
@@ -637,6 +648,146 @@ def bench_train(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
     return [row]
 
 
+# ---- O1: per-call host cost ---------------------------------------------------------
+
+
+def per_call(fn, device: torch.device, calls: int, reps: int) -> dict:
+    """Milliseconds per call of `fn` issued `calls` times back to back, then one synchronize
+    (what a loop of small steps pays, host work included); median and spread over `reps`."""
+    for _ in range(max(1, calls // 4)):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3 / calls)
+    s = sorted(times)
+
+    def q(p: float) -> float:
+        return s[round(p * (len(s) - 1))]
+
+    return {"median": q(0.5), "min": s[0], "max": s[-1], "p20": q(0.2), "p80": q(0.8),
+            "reps": reps, "warmup": max(1, calls // 4), "calls": calls}  # fmt: skip
+
+
+def overhead_rows(ctx: Ctx, name: str, size: dict, seed: int, device: torch.device) -> list:
+    gen = generator(device, seed)
+    r, f, n, calls = size["r"], size["f"], size["n"], size["calls"]
+    feats = torch.randn(r, r, r, f, device=device, generator=gen)
+    points = uniform_points(n, device, gen)
+    g = torch.randn(n, f, device=device, generator=gen)
+    fg, pg = feats.detach().requires_grad_(), points.detach().requires_grad_()
+    cf = feats.permute(3, 2, 1, 0)[None].contiguous()
+    p5 = points.reshape(1, 1, 1, n, 3)
+    g_cf = g.T.reshape(1, f, 1, 1, n).contiguous()
+    cfg, p5g = cf.detach().requires_grad_(), p5.detach().requires_grad_()
+    module, _ = make_voxel_grid(r, f, feats)
+    empty = points[:0]
+    reps = 7 if ctx.quick else 15
+
+    def timed(fn):
+        stats, error = attempt(lambda: per_call(fn, device, calls, reps))
+        return {"stats": stats, "error": error, "peak_mb": None}
+
+    with torch.no_grad():
+        check = {"fw_rel_err": rel_err(grid.sample(feats, points), reference.sample(feats, points))}
+    base_fw = timed(lambda: grid_sample(cf, p5))
+    base_fwbw = timed(lambda: torch.autograd.grad(grid_sample(cfg, p5g), [cfg, p5g], g_cf))
+    cases = [
+        ("fw", "fw", lambda: grid.sample(feats, points), base_fw),
+        ("fwbw", "fw+bw", lambda: torch.autograd.grad(grid.sample(fg, pg), [fg, pg], g), base_fwbw),
+        ("fw_module", "VoxelGrid fw", lambda: module(points), base_fw),
+        ("fw_empty", "fw, 0 points", lambda: grid.sample(feats, empty), base_fw),
+    ]
+    suffix = "_cpu" if device.type == "cpu" else ""
+    note = f"[{r},{r},{r},{f}] grid, {n} points, {calls} calls then one sync"
+    if device.type == "cpu":
+        note += f", {torch.get_num_threads()} CPU thread(s)"
+    rows = []
+    for key, pass_, fn, base in cases:
+        ours = timed(fn)
+        label = pass_ + (" (CPU)" if suffix else "")
+        row = make_row(name, key + suffix, label, ours, "F.grid_sample" + (
+            " fw+bw" if key == "fwbw" else " fw"), base, 0, None, None, note)  # fmt: skip
+        row["us_per_call"] = row["ours_ms"] * 1e3 if row["ours_ms"] else None
+        row["baseline_us_per_call"] = row["baseline_ms"] * 1e3 if row["baseline_ms"] else None
+        rows.append(row)
+    us = ", ".join(
+        f"{r['pass']} {r['us_per_call']:.1f} vs {r['baseline_us_per_call']:.1f} us"
+        for r in rows
+        if r["us_per_call"] and r["baseline_us_per_call"]
+    )
+    for row in rows:
+        row["note"] = note + "; " + us
+    attach_check(rows, check, 1e-5)
+    return rows
+
+
+def bench_overhead(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    """O1 on the bench's device and, always, on the CPU with one thread."""
+    rows = []
+    if ctx.device.type == "cuda":
+        rows += overhead_rows(ctx, name, size, seed, ctx.device)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows += overhead_rows(ctx, name, size, seed, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+# ---- V1: total variation ----------------------------------------------------------------
+
+
+def bench_total_variation(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    """Floor: read the grid once, read and write its gradient once (3 x grid bytes)."""
+    dev, r, f = ctx.device, size["r"], size["f"]
+    gen = generator(dev, seed)
+    feats = torch.randn(r, r, r, f, device=dev, generator=gen)
+    fg = feats.detach().requires_grad_()
+    grad = torch.zeros_like(feats)
+
+    def ours_fwbw():
+        return torch.autograd.grad(grid.total_variation(fg), fg)
+
+    def base_fwbw():
+        return torch.autograd.grad(reference.total_variation(fg), fg)
+
+    def ours_add():
+        grid.total_variation_add_grad_(grad, feats, 1e-3)
+
+    value, (gf,) = grid.total_variation(fg), ours_fwbw()
+    ref_value, (ref_grad,) = reference.total_variation(fg), base_fwbw()
+    added = torch.zeros_like(feats)
+    grid.total_variation_add_grad_(added, feats, 1.0)
+    check = {
+        "value_rel_err": rel_err(value, ref_value),
+        "grad_rel_err": rel_err(gf, ref_grad),
+        "add_grad_rel_err": rel_err(added, ref_grad),
+    }
+    del gf, ref_grad, added
+    free_memory()
+    grid_bytes = feats.numel() * feats.element_size()
+    base = measure(ctx, base_fwbw, dev, peak=True)
+    note = f"R={r} F={f} float32, floor 3 x {grid_bytes / MB:.0f} MB"
+    if dev.type == "cpu":
+        note += f", {torch.get_num_threads()} CPU threads"
+    rows = [
+        make_row(name, "fwbw", "fw+bw", measure(ctx, ours_fwbw, dev, peak=True),
+                 "PyTorch fw+bw", base, 3 * grid_bytes, ctx.gbps(dev), grid_bytes / MB, note),
+        make_row(name, "add_grad", "add-grad", measure(ctx, ours_add, dev, peak=True),
+                 "PyTorch fw+bw", base, 3 * grid_bytes, ctx.gbps(dev), grid_bytes / MB, note),
+    ]  # fmt: skip
+    attach_check(rows, check, 1e-4)
+    return rows
+
+
 BENCHES = {
     "P1": bench_trilinear,
     "P2": bench_trilinear,
@@ -646,6 +797,8 @@ BENCHES = {
     "S4": bench_bf16,
     "T1": bench_train,
     "C1": bench_cpu,
+    "O1": bench_overhead,
+    "V1": bench_total_variation,
 }
 
 
@@ -694,6 +847,12 @@ def targets(rows: list[dict]) -> list[dict]:
         ("T1", "step", "speedup", 3, ">= 3x the steps/s of the F.grid_sample step"),
         ("C1", "fw", "speedup", 5, ">= 5x F.grid_sample on the CPU"),
         ("C1", "fwbw", "speedup", 5, ">= 5x F.grid_sample on the CPU"),
+        ("O1", "fw", "speedup", 1, "host cost per call <= F.grid_sample's"),
+        ("O1", "fwbw", "speedup", 1, "host cost per call <= F.grid_sample's"),
+        ("O1", "fw_cpu", "speedup", 1, "cost per call (1 thread) <= F.grid_sample's"),
+        ("O1", "fwbw_cpu", "speedup", 1, "cost per call (1 thread) <= F.grid_sample's"),
+        ("V1", "fwbw", "pct", 0.5, ">= 50% of the byte floor"),
+        ("V1", "add_grad", "pct", 0.5, ">= 50% of the byte floor"),
     ]
     result = []
     for w, key, kind, threshold, text in specs:

@@ -3,6 +3,7 @@
 # run the whole test suite (CUDA tests included), then the benchmarks. Logs, the benchmark
 # table and its JSON go to $OUT (default bench/results).
 #   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
+# TESTS (default tests/) picks the test files, e.g. TESTS=tests/test_total_variation.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -25,7 +26,7 @@ tail -n 1 "$OUT/build.log"
 echo "build: $(($(date +%s) - start)) s"
 
 if [ "$what" = all ] || [ "$what" = tests ]; then
-  python3 -m pytest -q -p no:cacheprovider -rfE --durations=8 tests/ 2>&1 \
+  python3 -m pytest -q -p no:cacheprovider -rfE --durations=8 ${TESTS:-tests/} 2>&1 \
     | tee "$OUT/tests.log" | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

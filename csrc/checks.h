@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,60 @@ inline at::Tensor masked_output(bool wanted, at::IntArrayRef sizes,
                                 const at::TensorOptions& options, bool zeroed = false) {
   if (!wanted) return at::empty({0}, options);
   return zeroed ? at::zeros(sizes, options) : at::empty(sizes, options);
+}
+
+// features: [X, Y, Z, F] of a floating dtype with X, Y, Z >= 2 (a difference needs two voxels).
+inline void check_total_variation_args(const char* op, const at::Tensor& features) {
+  TORCH_CHECK(is_float(features), op,
+              ": features: expected a floating-point tensor (float16, bfloat16, float32 or "
+              "float64), got ",
+              features.scalar_type());
+  TORCH_CHECK(features.dim() == 4, op, ": features: expected shape [X, Y, Z, F], got ",
+              features.sizes());
+  TORCH_CHECK(features.size(0) >= 2 && features.size(1) >= 2 && features.size(2) >= 2 &&
+                  features.size(3) >= 1,
+              op, ": features: expected X, Y, Z >= 2 and F >= 1 in [X, Y, Z, F], got ",
+              features.sizes());
+}
+
+// The dtype of the total variation value and of its incoming gradient.
+inline at::ScalarType total_variation_dtype(const at::Tensor& features) {
+  return features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+inline void check_total_variation_grad_out(const at::Tensor& grad_out, const at::Tensor& features) {
+  const char* op = "grid.total_variation_backward";
+  TORCH_CHECK(grad_out.dim() == 0, op, ": grad_out: expected a scalar (shape []), got ",
+              grad_out.sizes());
+  TORCH_CHECK(grad_out.scalar_type() == total_variation_dtype(features), op,
+              ": grad_out: expected dtype ", total_variation_dtype(features), ", got ",
+              grad_out.scalar_type());
+  TORCH_CHECK(grad_out.device() == features.device(), op, ": grad_out: expected device ",
+              features.device(), ", got ", grad_out.device());
+}
+
+// The gradient total_variation_add_grad_ adds into: like features, and contiguous (written in
+// place, so it cannot be a copy).
+inline void check_total_variation_grad(const at::Tensor& grad, const at::Tensor& features) {
+  const char* op = "grid.total_variation_add_grad_";
+  TORCH_CHECK(grad.sizes() == features.sizes(), op, ": grad: expected shape ", features.sizes(),
+              " like features, got ", grad.sizes());
+  TORCH_CHECK(grad.scalar_type() == features.scalar_type(), op, ": grad: expected dtype ",
+              features.scalar_type(), " like features, got ", grad.scalar_type());
+  TORCH_CHECK(grad.device() == features.device(), op, ": grad: expected device ", features.device(),
+              " like features, got ", grad.device());
+  TORCH_CHECK(grad.is_contiguous(), op,
+              ": grad: expected a contiguous tensor (it is updated in place), got strides ",
+              grad.strides());
+}
+
+// Weight of one squared difference along each axis: the value is the mean over the three axes of
+// the mean over that axis's (size - 1) * (other sizes) * F differences.
+inline std::array<double, 3> total_variation_coefficients(const at::Tensor& features) {
+  const double X = features.size(0), Y = features.size(1), Z = features.size(2);
+  const double F = features.size(3);
+  return {1.0 / (3.0 * (X - 1) * Y * Z * F), 1.0 / (3.0 * X * (Y - 1) * Z * F),
+          1.0 / (3.0 * X * Y * (Z - 1) * F)};
 }
 
 // Output shape of sample: points [..., 3] -> [..., F].

@@ -1,5 +1,5 @@
 // Every operator schema of the library, defined once. Kernels are registered per device in
-// cpu/ and cuda/; fake (shape) rules and autograd are attached in grid/ops.py.
+// cpu/ and cuda/, autograd in autograd.cpp; fake (shape) rules are attached in grid/ops.py.
 #include <Python.h>
 #include <torch/library.h>
 
@@ -17,6 +17,16 @@ TORCH_LIBRARY(grid, m) {
   m.def(
       "sample_backward(Tensor grad_out, Tensor features, Tensor points, bool align_corners, "
       "str padding, bool[2] output_mask) -> (Tensor, Tensor)");
+  // features: [X, Y, Z, F], X, Y, Z >= 2 -> [] (float32; float64 for float64 features): the mean
+  // over the three axes of the mean squared difference between neighbouring voxels.
+  m.def("total_variation(Tensor features) -> Tensor");
+  // grad_out: [] like the value -> grad_features [X, Y, Z, F] in the dtype of features.
+  m.def("total_variation_backward(Tensor grad_out, Tensor features) -> Tensor");
+  // grad [X, Y, Z, F] (dtype of features) += weight * d total_variation / d features, in place,
+  // without a graph. Returns the value (as total_variation) if compute_value, else an empty [0].
+  m.def(
+      "total_variation_add_grad_(Tensor(a!) grad, Tensor features, float weight, "
+      "bool compute_value) -> Tensor");
 }
 
 // Lets `import grid._C` load the library (which registers the ops above) as a Python module.

@@ -6,8 +6,15 @@
 """
 
 from . import reference
-from .ops import sample, trilinear
+from .ops import sample, total_variation, total_variation_add_grad_, trilinear
 from .voxel_grid import VoxelGrid
 
-__all__ = ["VoxelGrid", "sample", "trilinear", "reference"]
+__all__ = [
+    "VoxelGrid",
+    "sample",
+    "trilinear",
+    "total_variation",
+    "total_variation_add_grad_",
+    "reference",
+]
 __version__ = "0.1.0"

@@ -33,7 +33,7 @@ def cuda_wanted() -> bool:
 
 def sources(with_cuda: bool) -> list[str]:
     """The C++ (and, with CUDA, .cu) files that make up grid._C."""
-    files = [_CSRC / "ops.cpp", *sorted((_CSRC / "cpu").glob("*.cpp"))]
+    files = [_CSRC / "ops.cpp", _CSRC / "autograd.cpp", *sorted((_CSRC / "cpu").glob("*.cpp"))]
     if with_cuda:
         files += sorted((_CSRC / "cuda").glob("*.cu"))
     return [str(f) for f in files]
@@ -75,12 +75,21 @@ def _jit_build() -> None:
     )
 
 
+def _installed_here() -> bool:
+    """Whether a built grid._C sits next to this file. An editable install of another
+    checkout can resolve `grid._C` to that checkout's library, built from other sources."""
+    spec = importlib.util.find_spec("grid._C")
+    return (
+        spec is not None and spec.origin is not None and Path(spec.origin).parent == _ROOT / "grid"
+    )
+
+
 def load() -> None:
     """Register the `torch.ops.grid.*` operators (idempotent)."""
     global source, has_cuda_kernels
     if source:
         return
-    if importlib.util.find_spec("grid._C") is not None:
+    if _installed_here():
         # An installed build that fails to load is an error, not a reason to rebuild.
         import grid._C  # noqa: F401
 

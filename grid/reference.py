@@ -97,3 +97,14 @@ def sample(
     corners = torch.stack(values, dim=1)  # [N, 8, F]
     out = (weights.unsqueeze(-1) * corners.to(acc)).sum(dim=1)
     return out.to(features.dtype).reshape(*batch, features.shape[3])
+
+
+def total_variation(features: Tensor) -> Tensor:
+    """features: [X, Y, Z, F] -> []: the mean over the three axes of the mean squared
+    difference between neighbouring voxels along that axis, in float32 (float64 for
+    float64 features)."""
+    f = features.to(torch.float64 if features.dtype == torch.float64 else torch.float32)
+    dx = (f[1:] - f[:-1]).square().mean()
+    dy = (f[:, 1:] - f[:, :-1]).square().mean()
+    dz = (f[:, :, 1:] - f[:, :, :-1]).square().mean()
+    return (dx + dy + dz) / 3

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .ops import sample
+from .ops import sample, total_variation, total_variation_add_grad_
 
 INITS = ("zeros", "normal", "uniform")
 PADDINGS = ("zeros", "border")
@@ -189,10 +189,28 @@ class VoxelGrid(nn.Module):
     def normalize(self, xyz: Tensor) -> Tensor:
         """World points `[..., 3]` -> normalised grid coordinates `[..., 3]`, the box
         mapped onto [-1, 1] (float32, or float64 for a float64 grid)."""
-        dtype = self._coordinate_dtype()
-        bounds = self.bounds.to(dtype)
-        lo, hi = bounds[0], bounds[1]
-        return (xyz.to(dtype) - lo) * (2.0 / (hi - lo)) - 1.0
+        lo, inv_half_size = self._box_map()
+        return (xyz.to(lo.dtype) - lo) * inv_half_size - 1.0
+
+    def _box_map(self) -> tuple[Tensor, Tensor]:
+        """(lo [3], 2 / (hi - lo) [3]) in the coordinate dtype, derived from `bounds`.
+
+        Cached until `bounds` is replaced or modified in place (its version counter):
+        deriving them costs five tensor ops, more than the sampling itself on small
+        inputs. Computed afresh while compiling, where they fuse anyway.
+        """
+        bounds, dtype = self.bounds, self._coordinate_dtype()
+        if torch.compiler.is_compiling():
+            b = bounds.to(dtype)
+            return b[0], 2.0 / (b[1] - b[0])
+        key = (bounds, bounds._version, dtype)
+        cached = self.__dict__.get("_box_map_cache")
+        if cached is None or cached[0][0] is not bounds or cached[0][1:] != key[1:]:
+            with torch.no_grad():
+                b = bounds.to(dtype)
+                cached = (key, (b[0], 2.0 / (b[1] - b[0])))
+            self.__dict__["_box_map_cache"] = cached
+        return cached[1]
 
     def forward(self, xyz: Tensor) -> Tensor:
         """Interpolate the features at world points.
@@ -217,13 +235,33 @@ class VoxelGrid(nn.Module):
         difference between neighbouring voxels along that axis (and over features).
 
         Zero for a constant grid; differentiable; a float32 scalar (float64 for a
-        float64 grid). Not normalised by the voxel spacing, as in DirectVoxGO.
+        float64 grid). Not normalised by the voxel spacing, as in DirectVoxGO. One fused
+        native pass over the grid (`grid.total_variation`), and one for its gradient.
         """
-        f = self.features.to(self._coordinate_dtype())
-        dx = (f[1:] - f[:-1]).square().mean()
-        dy = (f[:, 1:] - f[:, :-1]).square().mean()
-        dz = (f[:, :, 1:] - f[:, :, :-1]).square().mean()
-        return (dx + dy + dz) / 3
+        return total_variation(self.features)
+
+    @torch.no_grad()
+    def total_variation_add_grad(self, weight: float, *, value: bool = False) -> Tensor | None:
+        """Add `weight * d total_variation() / d features` straight into `features.grad`.
+
+        The same gradient as `(weight * grid.total_variation()).backward()`, without
+        building a loss graph: one pass that reads the features and reads and writes
+        their gradient (DirectVoxGO's `total_variation_add_grad`). Call it after the
+        loss's `backward()` and before `optimizer.step()` (`zero_grad` would erase it);
+        `features.grad` is created (zeros) if it is None.
+
+        Args:
+            weight: the regulariser's weight.
+            value: also return the (unweighted) total variation, computed in the same
+                pass; by default nothing is returned and no value is computed.
+
+        Returns:
+            The value as a [] tensor if `value`, else None.
+        """
+        param = self.features
+        if param.grad is None:
+            param.grad = torch.zeros_like(param, memory_format=torch.contiguous_format)
+        return total_variation_add_grad_(param.grad, param, weight, compute_value=value)
 
     # ---- coarse to fine ---------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The operator contract: native kernels in use, opcheck, torch.compile, and input errors."""
 
+import re
 import shutil
 import subprocess
 
@@ -12,9 +13,10 @@ from grid import _backend
 from ._helpers import DEVICES, assert_close, needs_cuda, random_points
 
 OPS = ["trilinear", "trilinear_backward", "sample", "sample_backward"]
+TV_OPS = ["total_variation", "total_variation_backward", "total_variation_add_grad_"]
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", OPS + TV_OPS)
 def test_native_kernels_registered(op):
     assert _backend.source in ("installed", "jit")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CPU")
@@ -22,6 +24,35 @@ def test_native_kernels_registered(op):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CUDA"), (
             "torch has CUDA but grid was built without the CUDA kernels"
         )
+
+
+@pytest.mark.parametrize("op", OPS + TV_OPS[:2])
+def test_autograd_is_registered_in_cpp(op):
+    """The Autograd kernel of every differentiable op (and of its backward op, which holds the
+    double-backward rule) is the C++ one from csrc/autograd.cpp, not a Python rule."""
+    dump = torch._C._dispatch_dump(f"grid::{op}")
+    line = [x for x in dump.splitlines() if x.startswith("Autograd[alias]:")]
+    assert len(line) == 1, dump
+    assert re.search(r"autograd\.cpp:\d+ ", line[0]), line[0]
+    assert "[ boxed unboxed ]" in line[0], line[0]  # a C++ function, not a Python callable
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck_through_the_cpp_autograd(device):
+    """Every gradient combination, so the needs_input_grad masks are exercised."""
+    f, p, _, c = _op_samples(device)
+    for a, b in ((f, p), (f, p.detach()), (f.detach(), p)):
+        assert torch.autograd.gradcheck(lambda x, y: grid.sample(x, y, padding="border"), (a, b))
+    assert torch.autograd.gradcheck(grid.trilinear, (c, p))
+    assert torch.autograd.gradcheck(lambda x: grid.trilinear(x, p.detach()), (c,))
+
+
+def test_no_grad_forward_builds_no_graph():
+    f, p, _, c = _op_samples("cpu")
+    with torch.no_grad():
+        out = grid.sample(f, p)
+    assert out.grad_fn is None and not out.requires_grad
+    assert grid.sample(f, p).grad_fn is not None
 
 
 @pytest.mark.skipif(shutil.which("ldd") is None, reason="needs ldd (Linux)")

@@ -310,6 +310,34 @@ def test_total_variation():
     assert ramp.total_variation().item() == pytest.approx(1 / 3)
 
 
+def test_total_variation_add_grad_matches_the_loss_gradient():
+    g = VoxelGrid((4, 5, 6), 3, init="normal", init_scale=1.0)
+    (0.3 * g.total_variation()).backward()
+    want = g.features.grad.clone()
+    g.features.grad = None
+    assert g.total_variation_add_grad(0.3) is None  # creates the gradient
+    torch.testing.assert_close(g.features.grad, want)
+    value = g.total_variation_add_grad(0.3, value=True)  # adds onto it
+    torch.testing.assert_close(g.features.grad, 2 * want)
+    torch.testing.assert_close(value, g.total_variation().detach())
+
+
+def test_bounds_changed_in_place_or_replaced_are_seen():
+    """normalize caches its box mapping; changing the bounds must invalidate it."""
+    g = linear_grid()
+    pts = torch.tensor([[0.3, 1.2, 3.0]], dtype=torch.float64)
+    before = g.normalize(pts)
+    with torch.no_grad():
+        g.bounds[1, 0] = 2.1
+    moved = g.normalize(pts)
+    assert not torch.equal(moved, before)
+    torch.testing.assert_close(
+        moved[0, 0], torch.tensor((0.3 + 0.3) / (2.1 + 0.3) * 2 - 1).double()
+    )
+    g.bounds = torch.tensor([LO, HI], dtype=torch.float64)
+    torch.testing.assert_close(g.normalize(pts), before)
+
+
 BAD_ARGUMENTS = [
     (dict(resolution=0), "resolution"),
     (dict(resolution=-4), "resolution"),

@@ -1,0 +1,262 @@
+// Autograd of every differentiable op, registered for the Autograd dispatch key in C++ so that a
+// call costs no Python. Each forward op gets a torch::autograd::Function whose backward calls the
+// op's registered backward op through the dispatcher, asking only for the gradients autograd
+// needs. The backward ops get a Function too: its backward is where a native double backward
+// goes; until then it raises instead of letting autograd treat the gradient as a constant.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <array>
+#include <string>
+#include <tuple>
+
+namespace grid {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using Tensor = at::Tensor;
+
+// The registered ops, called through the dispatcher (below Autograd inside the Functions).
+Tensor sample_op(const Tensor& features, const Tensor& points, bool align_corners,
+                 c10::string_view padding) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::sample", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, bool, c10::string_view)>();
+  return op.call(features, points, align_corners, padding);
+}
+
+std::tuple<Tensor, Tensor> sample_backward_op(const Tensor& grad_out, const Tensor& features,
+                                              const Tensor& points, bool align_corners,
+                                              c10::string_view padding, std::array<bool, 2> mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::sample_backward", "")
+          .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, bool,
+                                            c10::string_view, std::array<bool, 2>)>();
+  return op.call(grad_out, features, points, align_corners, padding, mask);
+}
+
+Tensor trilinear_op(const Tensor& corners, const Tensor& local) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::trilinear", "")
+                             .typed<Tensor(const Tensor&, const Tensor&)>();
+  return op.call(corners, local);
+}
+
+std::tuple<Tensor, Tensor> trilinear_backward_op(const Tensor& grad_out, const Tensor& corners,
+                                                 const Tensor& local, std::array<bool, 2> mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::trilinear_backward", "")
+          .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                            std::array<bool, 2>)>();
+  return op.call(grad_out, corners, local, mask);
+}
+
+Tensor total_variation_op(const Tensor& features) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::total_variation", "")
+                             .typed<Tensor(const Tensor&)>();
+  return op.call(features);
+}
+
+Tensor total_variation_backward_op(const Tensor& grad_out, const Tensor& features) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::total_variation_backward", "")
+                             .typed<Tensor(const Tensor&, const Tensor&)>();
+  return op.call(grad_out, features);
+}
+
+// Whether autograd has anything to record: a graph (grad mode and an input that requires grad)
+// or a forward-mode tangent (which the Function path rejects with autograd's own message).
+bool records(std::initializer_list<const Tensor*> inputs) {
+  const bool grad_mode = at::GradMode::is_enabled();
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) continue;
+    if ((grad_mode && t->requires_grad()) || t->_fw_grad(/*level=*/0).defined()) return true;
+  }
+  return false;
+}
+
+Tensor grad_or_none(bool wanted, const Tensor& grad) {
+  return wanted ? grad : Tensor();
+}
+
+// ---- double backward: not implemented yet ---------------------------------------------------
+
+[[noreturn]] void no_double_backward(const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "grid.", op,
+                              ": gradients of gradients (double backward, e.g. an eikonal loss "
+                              "through create_graph=True) are not implemented yet");
+}
+
+struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction> {
+  static variable_list forward(AutogradContext*, const Tensor& grad_out, const Tensor& features,
+                               const Tensor& points, bool align_corners, c10::string_view padding,
+                               std::array<bool, 2> mask) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [grad_features, grad_points] =
+        sample_backward_op(grad_out, features, points, align_corners, padding, mask);
+    return {grad_features, grad_points};
+  }
+  static variable_list backward(AutogradContext*, variable_list) { no_double_backward("sample"); }
+};
+
+struct TrilinearBackwardFunction : torch::autograd::Function<TrilinearBackwardFunction> {
+  static variable_list forward(AutogradContext*, const Tensor& grad_out, const Tensor& corners,
+                               const Tensor& local, std::array<bool, 2> mask) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [grad_corners, grad_local] = trilinear_backward_op(grad_out, corners, local, mask);
+    return {grad_corners, grad_local};
+  }
+  static variable_list backward(AutogradContext*, variable_list) {
+    no_double_backward("trilinear");
+  }
+};
+
+struct TotalVariationBackwardFunction : torch::autograd::Function<TotalVariationBackwardFunction> {
+  static Tensor forward(AutogradContext*, const Tensor& grad_out, const Tensor& features) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return total_variation_backward_op(grad_out, features);
+  }
+  static variable_list backward(AutogradContext*, variable_list) {
+    no_double_backward("total_variation");
+  }
+};
+
+std::tuple<Tensor, Tensor> sample_backward_autograd(const Tensor& grad_out, const Tensor& features,
+                                                    const Tensor& points, bool align_corners,
+                                                    c10::string_view padding,
+                                                    std::array<bool, 2> mask) {
+  if (!records({&grad_out, &features, &points})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return sample_backward_op(grad_out, features, points, align_corners, padding, mask);
+  }
+  const variable_list grads =
+      SampleBackwardFunction::apply(grad_out, features, points, align_corners, padding, mask);
+  return {grads[0], grads[1]};
+}
+
+std::tuple<Tensor, Tensor> trilinear_backward_autograd(const Tensor& grad_out,
+                                                       const Tensor& corners, const Tensor& local,
+                                                       std::array<bool, 2> mask) {
+  if (!records({&grad_out, &corners, &local})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return trilinear_backward_op(grad_out, corners, local, mask);
+  }
+  const variable_list grads = TrilinearBackwardFunction::apply(grad_out, corners, local, mask);
+  return {grads[0], grads[1]};
+}
+
+Tensor total_variation_backward_autograd(const Tensor& grad_out, const Tensor& features) {
+  if (!records({&grad_out, &features})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return total_variation_backward_op(grad_out, features);
+  }
+  return TotalVariationBackwardFunction::apply(grad_out, features);
+}
+
+// ---- first-order autograd -------------------------------------------------------------------
+
+struct SampleFunction : torch::autograd::Function<SampleFunction> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& features, const Tensor& points,
+                        bool align_corners, c10::string_view padding) {
+    Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = sample_op(features, points, align_corners, padding);
+    }
+    ctx->save_for_backward({features, points});
+    ctx->saved_data["align_corners"] = align_corners;
+    ctx->saved_data["padding"] = std::string(padding);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {  // grads: {[..., F]}
+    const variable_list saved = ctx->get_saved_variables();
+    const std::array<bool, 2> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
+    const std::string padding = ctx->saved_data["padding"].toStringRef();
+    // Through the dispatcher, so that under create_graph the backward op's own autograd runs.
+    auto [grad_features, grad_points] = sample_backward_autograd(
+        grads[0], saved[0], saved[1], ctx->saved_data["align_corners"].toBool(), padding, mask);
+    return {grad_or_none(mask[0], grad_features), grad_or_none(mask[1], grad_points), Tensor(),
+            Tensor()};
+  }
+};
+
+struct TrilinearFunction : torch::autograd::Function<TrilinearFunction> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& corners, const Tensor& local) {
+    Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = trilinear_op(corners, local);
+    }
+    ctx->save_for_backward({corners, local});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {  // grads: {[N, F]}
+    const variable_list saved = ctx->get_saved_variables();
+    const std::array<bool, 2> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
+    auto [grad_corners, grad_local] =
+        trilinear_backward_autograd(grads[0], saved[0], saved[1], mask);
+    return {grad_or_none(mask[0], grad_corners), grad_or_none(mask[1], grad_local)};
+  }
+};
+
+struct TotalVariationFunction : torch::autograd::Function<TotalVariationFunction> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& features) {
+    Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = total_variation_op(features);
+    }
+    ctx->save_for_backward({features});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {  // grads: {[]}
+    const variable_list saved = ctx->get_saved_variables();
+    return {total_variation_backward_autograd(grads[0], saved[0])};
+  }
+};
+
+Tensor sample_autograd(const Tensor& features, const Tensor& points, bool align_corners,
+                       c10::string_view padding) {
+  if (!records({&features, &points})) {  // inference: skip building a graph node
+    at::AutoDispatchBelowADInplaceOrView below;
+    return sample_op(features, points, align_corners, padding);
+  }
+  return SampleFunction::apply(features, points, align_corners, padding);
+}
+
+Tensor trilinear_autograd(const Tensor& corners, const Tensor& local) {
+  if (!records({&corners, &local})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return trilinear_op(corners, local);
+  }
+  return TrilinearFunction::apply(corners, local);
+}
+
+Tensor total_variation_autograd(const Tensor& features) {
+  if (!records({&features})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return total_variation_op(features);
+  }
+  return TotalVariationFunction::apply(features);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(grid, Autograd, m) {
+  m.impl("sample", &sample_autograd);
+  m.impl("sample_backward", &sample_backward_autograd);
+  m.impl("trilinear", &trilinear_autograd);
+  m.impl("trilinear_backward", &trilinear_backward_autograd);
+  m.impl("total_variation", &total_variation_autograd);
+  m.impl("total_variation_backward", &total_variation_backward_autograd);
+}
+
+}  // namespace grid
