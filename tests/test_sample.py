@@ -188,23 +188,6 @@ def test_cpu_backward_is_deterministic():
 
 
 @needs_cuda
-def test_cuda_backward_flags_nondeterminism():
-    features = torch.randn(4, 4, 4, 4, device="cuda", requires_grad=True)
-    points = random_points((10,), "cuda")
-    out = grid.sample(features, points)
-    old = torch.are_deterministic_algorithms_enabled()
-    try:
-        torch.use_deterministic_algorithms(True)
-        with pytest.raises(RuntimeError, match="grid.sample backward"):
-            torch.autograd.grad(out, features, torch.ones_like(out), retain_graph=True)
-        # The points-only gradient has no atomics and stays allowed.
-        p = points.clone().requires_grad_()
-        torch.autograd.grad(grid.sample(features.detach(), p).sum(), p)
-    finally:
-        torch.use_deterministic_algorithms(old)
-
-
-@needs_cuda
 def test_cuda_matches_cpu():
     torch.manual_seed(5)
     features = torch.randn(17, 9, 13, 32, dtype=torch.float64)
