@@ -44,8 +44,10 @@ def test_many_points_per_voxel_bitwise_repeatable():
     f64 = features.double().requires_grad_()
     want = torch.autograd.grad(reference.sample(f64, points.double()), f64, grad.double())[0]
     assert_close(first[0], want, rtol=1e-4, atol=1e-3)  # sums of ~2e5 float32 terms
+    # The atomic path's float32 sums round in a run-dependent order: one H100 run differed by
+    # 1.3e-3 (relative 5.6e-4) from the deterministic sum; a wrong corner or weight is O(1).
     atomic = grads(features, points, grad)
-    assert_close(first[0], atomic[0], rtol=1e-4, atol=1e-3)
+    assert_close(first[0], atomic[0], rtol=1e-3, atol=1e-2)
     assert torch.equal(first[1], atomic[1])  # the point gradient has no atomics either way
 
 
