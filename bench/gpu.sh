@@ -3,7 +3,8 @@
 # run the whole test suite (CUDA tests included), then the benchmarks. Logs, the benchmark
 # table and its JSON go to $OUT (default bench/results).
 #   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
-# TESTS (default tests/) picks the test files, e.g. TESTS=tests/test_total_variation.py.
+# TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f" picks the probes
+# run after the benchmark (default gather; PROBES= runs none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -26,6 +27,7 @@ tail -n 1 "$OUT/build.log"
 echo "build: $(($(date +%s) - start)) s"
 
 if [ "$what" = all ] || [ "$what" = tests ]; then
+  # shellcheck disable=SC2086  # TESTS is a list of paths
   python3 -m pytest -q -p no:cacheprovider -rfE --durations=8 ${TESTS:-tests/} 2>&1 \
     | tee "$OUT/tests.log" | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -34,9 +36,12 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   python3 bench/bench_ops.py --device cuda --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log" \
     | tail -n 60
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  # the S1 forward's bound: the same loads and stores without the cell computation
-  python3 bench/gather_probe.py --json "$OUT/gather_probe.json" 2>&1 | tee -a "$OUT/bench.log" \
-    | tail -n 8
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  # probes: gather = the S1 forward's bound (the same loads and stores without the cell
+  # computation); small_f = the small-F kernel variants on S5's rays
+  for probe in ${PROBES-gather}; do
+    python3 "bench/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
+      | tee -a "$OUT/bench.log" | tail -n 40
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
 fi
 exit $status

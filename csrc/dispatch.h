@@ -49,6 +49,18 @@ void dispatch_vec(bool aligned, Fn&& fn) {
   return fn(std::integral_constant<int, 1>{});
 }
 
+// As dispatch_vec, with a middle width for float32 rows of an even F that 16 bytes do not divide
+// (F = 2, 6, 10, ...): V = 2, 8-byte accesses, when `pairs` (F, strides and pointers even).
+// A 2-channel grid then takes one thread per point instead of two.
+template <typename scalar_t, typename Fn>
+void dispatch_vec_or_pairs(bool aligned, bool pairs, Fn&& fn) {
+  if (aligned) return fn(std::integral_constant<int, max_vec<scalar_t>()>{});
+  if constexpr (sizeof(scalar_t) == 4) {
+    if (pairs) return fn(std::integral_constant<int, 2>{});
+  }
+  return fn(std::integral_constant<int, 1>{});
+}
+
 // Calls fn(std::bool_constant<a>, std::bool_constant<b>) for the outputs a backward was asked
 // for (at least one of the two), so each kernel is compiled without the work it skips.
 template <typename Fn>

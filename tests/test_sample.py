@@ -188,23 +188,6 @@ def test_cpu_backward_is_deterministic():
 
 
 @needs_cuda
-def test_cuda_backward_flags_nondeterminism():
-    features = torch.randn(4, 4, 4, 4, device="cuda", requires_grad=True)
-    points = random_points((10,), "cuda")
-    out = grid.sample(features, points)
-    old = torch.are_deterministic_algorithms_enabled()
-    try:
-        torch.use_deterministic_algorithms(True)
-        with pytest.raises(RuntimeError, match="grid.sample backward"):
-            torch.autograd.grad(out, features, torch.ones_like(out), retain_graph=True)
-        # The points-only gradient has no atomics and stays allowed.
-        p = points.clone().requires_grad_()
-        torch.autograd.grad(grid.sample(features.detach(), p).sum(), p)
-    finally:
-        torch.use_deterministic_algorithms(old)
-
-
-@needs_cuda
 def test_cuda_matches_cpu():
     torch.manual_seed(5)
     features = torch.randn(17, 9, 13, 32, dtype=torch.float64)
@@ -243,3 +226,35 @@ def test_large_grid_64bit_offsets():
     )
     assert g[-2:].float().sum().item() == pytest.approx(2 * F, rel=1e-2)
     assert g[:-2].abs().sum().item() == 0
+
+
+@needs_cuda
+@pytest.mark.parametrize("f", [1, 2, 3, 4])
+@pytest.mark.parametrize("layout", ["contiguous", "channel_slice", "odd_numel"])
+@pytest.mark.parametrize("align_corners,padding", MODES)
+def test_small_f_kernels(f, layout, align_corners, padding):
+    # float32 grids of 1-4 channels take their own CUDA paths: one thread per point (F = 3
+    # forward, strided F = 2 and 4), 8-byte vectors (F = 2), z-pair float4 atomics (F = 1
+    # backward, element count a multiple of 4) or scalar atomics (odd element count); a
+    # channel slice reads a strided grid.
+    torch.manual_seed(f)
+    if layout == "channel_slice":
+        features = torch.randn(6, 5, 7, f + 3, device="cuda")[..., 1 : f + 1]
+    elif layout == "odd_numel":
+        features = torch.randn(3, 3, 3, f, device="cuda")  # 27 f elements: no float4 path
+    else:
+        features = torch.randn(6, 5, 8, f, device="cuda")
+    features.requires_grad_()
+    points = random_points((20000,), "cuda").requires_grad_()
+    out = grid.sample(features, points, align_corners=align_corners, padding=padding)
+    f64 = features.detach().double().requires_grad_()
+    p64 = points.detach().double().requires_grad_()
+    ref = reference.sample(f64, p64, align_corners, padding)
+    assert_close(out, ref)
+    grad = torch.randn_like(out)
+    for wanted in ([features, points], [features], [points]):
+        got = torch.autograd.grad(out, wanted, grad, retain_graph=True)
+        ref_in = [f64 if t is features else p64 for t in wanted]
+        want = torch.autograd.grad(ref, ref_in, grad.double(), retain_graph=True)
+        for g, w in zip(got, want, strict=True):
+            assert_close(g, w, rtol=1e-4, atol=1e-4)

@@ -2,7 +2,9 @@
 // the z side of the cell: a thread reads and scatters the four corners of its side, so one warp
 // instruction covers both z-neighbours, which sit next to each other in the channels-last grid.
 // The feature gradient is scattered with 16-byte vector atomics straight into a grid of the
-// features' dtype; the point gradient is reduced over the group with warp shuffles.
+// features' dtype; the point gradient is reduced over the group with warp shuffles. Under
+// torch.use_deterministic_algorithms(True) the feature gradient comes from the atomic-free
+// sample_backward_deterministic.cu instead.
 #include <ATen/Context.h>
 #include <torch/library.h>
 
@@ -13,6 +15,8 @@
 #include "checks.h"
 #include "cuda_utils.cuh"
 #include "dispatch.h"
+#include "sample_backward_deterministic.cuh"
+#include "sample_small_f.cuh"
 
 namespace grid {
 namespace {
@@ -101,6 +105,16 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   }
 }
 
+// float32 grids of one channel take the one-thread-per-point kernel of sample_small_f.cuh:
+// z-pair vector atomics, S5 F = 1 backward 0.118 -> 0.098 ms on an H100. For F = 2..4 it
+// measured slower than the kernels below (F = 3: 0.259 against 0.212 ms): fewer atomics, but
+// a thread per point has less in flight than 4-8 threads per point whose atomics coalesce.
+bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at::Tensor& grad_out) {
+  return features.scalar_type() == at::kFloat && points.scalar_type() == at::kFloat &&
+         features.size(3) == 1 &&
+         fits_int32(points.size(0), {features.numel(), grad_out.numel(), points.numel()});
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
@@ -112,10 +126,9 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   check_grad_out("grid.sample_backward", grad_out_in, features_in,
                  sample_out_sizes(features_in, points_in));
   const c10::cuda::CUDAGuard guard(features_in.device());
-  const bool want_features = output_mask[0], want_points = output_mask[1];
-  if (want_features)
-    at::globalContext().alertNotDeterministic(
-        "grid.sample backward on CUDA (gradient to features, accumulated with atomics)");
+  const bool want_points = output_mask[1];
+  const bool deterministic = output_mask[0] && at::globalContext().deterministicAlgorithms();
+  const bool want_features = output_mask[0] && !deterministic;  // by the atomic kernel
   // Contiguous, so that one set of corner offsets addresses both the features and their
   // gradient (two sets cost the registers that occupancy needs).
   const at::Tensor features = features_in.contiguous();
@@ -123,21 +136,47 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
-  at::Tensor grad_features =
-      masked_output(want_features, features.sizes(), features.options());  // [X, Y, Z, F]
+  at::Tensor grad_features = deterministic ? sample_grad_features_deterministic(
+                                                 grad_out, features, points, align_corners, border)
+                                           : masked_output(want_features, features.sizes(),
+                                                           features.options());  // [X, Y, Z, F]
   at::Tensor grad_points =
       masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (want_features)  // all-zero bits are 0.0 in every float dtype; faster than a fill kernel
     C10_CUDA_CHECK(cudaMemsetAsync(grad_features.data_ptr(), 0, grad_features.nbytes(), stream));
-  if (N > 0 && (want_features || want_points)) {
+  if (N > 0 && (want_features || want_points) && use_small_f(features, points, grad_out)) {
+    // one thread per point; z-pair vector atomics where no float4 can leave the grid
+    const bool vector = vec_aligned(4, {features.numel()}, {grad_features.data_ptr()});
+    dispatch_mask(want_features, want_points, [&](auto kf, auto kp) {
+      const auto launch = [&](auto kv) {
+        constexpr auto kernel =
+            sample_backward_small_f_kernel<1, decltype(kv)::value, decltype(kf)::value,
+                                           decltype(kp)::value, int32_t>;
+        prefer_l1<kernel>();
+        kernel<<<one_pass_blocks(N), kThreads, 0, stream>>>(
+            grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
+            want_features ? grad_features.data_ptr<float>() : nullptr,
+            want_points ? grad_points.data_ptr<float>() : nullptr, shape, int32_t(N), align_corners,
+            border);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (vector)
+        launch(std::true_type{});
+      else
+        launch(std::false_type{});
+    });
+  } else if (N > 0 && (want_features || want_points)) {
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
       using point_t = typename decltype(p)::type;
       const bool aligned = vec_aligned(max_vec<scalar_t>(),
                                        {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
                                        {features.data_ptr(), grad_out.data_ptr()});
-      dispatch_vec<scalar_t>(aligned, [&](auto vec) {
+      const bool pairs =
+          vec_aligned(2, {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
+                      {features.data_ptr(), grad_out.data_ptr()});
+      dispatch_vec_or_pairs<scalar_t>(aligned, pairs, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const int plog = std::min(group_log2(shape.F / V), 4);  // two z sides: at most 32 threads
         const bool small =

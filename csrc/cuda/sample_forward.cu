@@ -6,6 +6,7 @@
 #include "checks.h"
 #include "cuda_utils.cuh"
 #include "dispatch.h"
+#include "sample_small_f.cuh"
 
 namespace grid {
 namespace {
@@ -57,6 +58,20 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
   }
 }
 
+// float32 grids of 2-4 channels whose voxel is not one vector (3 channels; 2 or 4 in a strided
+// grid) take the one-thread-per-point kernel of sample_small_f.cuh instead of one thread per
+// channel (S5 F = 3 forward: 0.0775 -> 0.0706 ms on an H100).
+bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at::Tensor& out) {
+  const int64_t F = features.size(3);
+  const bool one_vector =
+      F == 1 || ((F == 2 || F == 4) &&
+                 vec_aligned(F, {features.stride(0), features.stride(1), features.stride(2)},
+                             {features.data_ptr(), out.data_ptr()}));
+  return features.scalar_type() == at::kFloat && points.scalar_type() == at::kFloat && F <= 4 &&
+         !one_vector &&
+         fits_int32(points.size(0), {element_span(features), out.numel(), points.numel()});
+}
+
 at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
                                const at::Tensor& points_in,    // [..., 3]
                                bool align_corners, c10::string_view padding) {
@@ -69,6 +84,18 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
   if (N == 0) return out;
   const GridShape shape = grid_shape(features);
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (use_small_f(features, points, out)) {
+    dispatch_small_f(shape.F, [&](auto fc) {
+      constexpr int FC = decltype(fc)::value, kPer = kSmallFPointsPerThread;
+      constexpr auto kernel = sample_forward_small_f_kernel<FC, kPer, int32_t>;
+      prefer_l1<kernel>();
+      kernel<<<one_pass_blocks((N + kPer - 1) / kPer), kThreads, 0, stream>>>(
+          features.data_ptr<float>(), points.data_ptr<float>(), out.data_ptr<float>(), shape,
+          int32_t(N), align_corners, border);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return out;
+  }
 
   dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
     using scalar_t = typename decltype(s)::type;
@@ -76,9 +103,11 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
     const bool aligned = vec_aligned(max_vec<scalar_t>(),
                                      {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
                                      {features.data_ptr(), out.data_ptr()});
+    const bool pairs = vec_aligned(2, {shape.F, shape.stride[0], shape.stride[1], shape.stride[2]},
+                                   {features.data_ptr(), out.data_ptr()});
     const bool small =
         fits_int32(N << group_log2(shape.F), {element_span(features), out.numel(), points.numel()});
-    dispatch_vec<scalar_t>(aligned, [&](auto vec) {
+    dispatch_vec_or_pairs<scalar_t>(aligned, pairs, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
       const int glog = group_log2(shape.F / V);
       dispatch_index(small, [&](auto index) {
