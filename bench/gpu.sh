@@ -5,6 +5,11 @@
 #   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
 # TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f" picks the probes
 # run after the benchmark (default gather; PROBES= runs none).
+#   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs...]
+# `nerf`: configs/nerf_scene_gpu.toml trained with both backends (the scene
+# is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
+# checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
+# metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -43,5 +48,38 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
       | tee -a "$OUT/bench.log" | tail -n 40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+fi
+if [ "$what" = nerf ]; then
+  runs=${NERF_RUNS:-/tmp/nerf_runs}
+  rm -rf "$runs"
+  : >"$OUT/nerf.log"
+  {
+    backends=${NERF_BACKENDS:-native grid_sample}
+    for backend in $backends; do
+      pictures=$([ "$backend" = native ] && echo true || echo false)
+      python3 -m train --config configs/nerf_scene_gpu.toml --out "$runs/$backend" \
+        --set grid.backend=$backend --set output.pictures=$pictures --set output.progress=false \
+        "$@" >"$runs.$backend.json" || status=1
+      tail -n 4 "$runs/$backend/metrics.jsonl" 2>/dev/null | cut -c1-300
+    done
+    python3 bench/bench_nerf.py --config configs/nerf_scene_gpu.toml \
+      --checkpoint "$runs/native/checkpoint.pt" --json "$OUT/bench_nerf.json" \
+      ${NERF_PROFILE:+--profile} || status=1
+  } >"$OUT/nerf.log" 2>&1
+  grep -v "^  " "$OUT/nerf.log" | tail -n 60
+  python3 - "$runs" "$OUT/nerf_runs.json" <<'PY'
+import json, pathlib, sys
+runs, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+result = {}
+for d in sorted(p for p in runs.iterdir() if p.is_dir()):
+    summary = d / "summary.json"
+    metrics = d / "metrics.jsonl"
+    result[d.name] = {
+        "summary": json.loads(summary.read_text()) if summary.exists() else None,
+        "metrics": [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.exists() else [],
+    }
+out.write_text(json.dumps(result, indent=2))
+PY
+  for f in test_views.png curves.png turntable.gif; do cp "$runs/native/$f" "$OUT/" 2>/dev/null; done
 fi
 exit $status

@@ -16,8 +16,9 @@ from .rundir import check_run_dir
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m train",
-        description="Fit a VoxelGrid to a target field and write a run directory "
-        "(config.toml, metrics.jsonl, summary.json, checkpoint.pt, slices.png, curves.png).",
+        description="Train an experiment (a VoxelGrid fitted to a target field, or a "
+        "radiance field from posed images) and write a run directory (config.toml, "
+        "metrics.jsonl, summary.json, checkpoint.pt, pictures).",
         epilog="Errors in the config, the files it reads, the run directory or a missing "
         "optional package stop the command before any work, with one line and exit code 2.",
     )

@@ -1,8 +1,11 @@
 """Experiment configuration: schema with defaults, TOML parsing, dotted overrides, validation.
 
-A config is a TOML file with two top-level keys (`seed`, `device`) and the tables
-`[target]`, `[grid]`, `[train]`, `[eval]`, `[output]`. Every key has a default, so
-an empty file is a valid experiment. `--set section.key=value` overrides one key;
+A config is a TOML file with three top-level keys (`experiment`, `seed`, `device`) and the
+tables `[target]`, `[data]`, `[nerf]`, `[grid]`, `[train]`, `[eval]`, `[output]`. Every key
+has a default, so an empty file is a valid experiment. `experiment` picks what is fitted:
+`field` (a VoxelGrid against a target field, table `[target]`) or `nerf` (a radiance field
+from posed images, tables `[data]` and `[nerf]`); a table the chosen experiment does not
+read is an error naming it. `--set section.key=value` overrides one key;
 the value is read as a TOML value (`64`, `1e-2`, `[32, 32, 64]`, `true`) and, if
 that fails, as a bare string (`--set target.kind=torus`).
 
@@ -85,6 +88,57 @@ class TargetConfig:
 
 
 @dataclass
+class DataConfig:
+    path: str = _doc(
+        "nerf: directory of a Blender-format (NeRF-synthetic) scene: "
+        "`transforms_{train,val,test}.json` and the images they name (relative paths: from "
+        "the current directory).",
+        "data/nerf_scene",
+    )
+    generate: bool = _doc(
+        "nerf: `path` holds the project's procedural scene; generate it there when it is "
+        "missing or its scene.json does not match `scene_*` (set false for your own scene).",
+        True,
+    )
+    scene_size: int = _doc("nerf, generated scene: image width and height in pixels.", 64)
+    scene_train_views: int = _doc("nerf, generated scene: number of training views.", 100)
+    scene_test_views: int = _doc("nerf, generated scene: number of test views.", 8)
+    scene_seed: int = _doc("nerf, generated scene: seed of the camera poses.", 0)
+    downscale: int = _doc("nerf: divide image width and height by this integer on loading.", 1)
+    background: list[float] = _doc(
+        "nerf: RGB in [0, 1] behind the scene (images composited onto it, and rendered with it).",
+        [1.0, 1.0, 1.0],
+    )
+    test_views: int = _doc("nerf: evaluate on the first this many test views (0: all).", 0)
+
+
+@dataclass
+class NerfConfig:
+    color_features: int = _doc("nerf: channels of the colour feature grid.", 12)
+    hidden: int = _doc("nerf: width of the colour MLP's two hidden layers.", 128)
+    view_frequencies: int = _doc("nerf: positional-encoding frequencies of the view direction.", 4)
+    step_ratio: float = _doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
+    alpha_init: float = _doc("nerf: alpha of an untrained voxel (sets the density shift).", 0.01)
+    occupancy_threshold: float = _doc(
+        "nerf: empty-space skipping, voxels whose alpha (and neighbours') is below this are "
+        "skipped.",
+        1e-4,
+    )
+    occupancy_start: int = _doc("nerf: first step at which the occupancy grid is refreshed.", 100)
+    occupancy_every: int = _doc("nerf: refresh the occupancy grid every this many steps.", 100)
+    weight_threshold: float = _doc(
+        "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
+        1e-4,
+    )
+    lr_density: float = _doc("nerf: Adam learning rate of the density grid.", 0.1)
+    lr_color: float = _doc("nerf: Adam learning rate of the colour grid.", 0.1)
+    lr_mlp: float = _doc("nerf: Adam learning rate of the colour MLP.", 0.001)
+    lr_decay: float = _doc(
+        "nerf: every learning rate is multiplied by this at the last step (exponential).", 0.1
+    )
+
+
+@dataclass
 class GridConfig:
     resolution: int | list[int] = _doc(
         "Voxels per axis at the start: an int or [X, Y, Z], each >= 2.", 96
@@ -96,16 +150,24 @@ class GridConfig:
     init: str = _doc("Feature init: `zeros`, `uniform` or `normal`.", "zeros")
     init_scale: float = _doc("Half-width (uniform) or std (normal) of the init.", 1e-4)
     padding: str = _doc("What points outside the box read: `zeros` or `border`.", "zeros")
+    backend: str = _doc(
+        "nerf: `native` (VoxelGrid, grid.sample) or `grid_sample` (the same model on "
+        "channels-first grids sampled by F.grid_sample, as DirectVoxGO).",
+        "native",
+    )
 
 
 @dataclass
 class TrainConfig:
     steps: int = _doc("Optimisation steps.", 800)
-    batch_size: int = _doc("Points per step.", 65536)
-    lr: float = _doc("Adam learning rate at step 0.", 0.05)
-    lr_final: float = _doc("Learning rate at the last step (exponential decay).", 0.001)
+    batch_size: int = _doc("Points (field) or rays (nerf) per step.", 65536)
+    lr: float = _doc("field: Adam learning rate at step 0.", 0.05)
+    lr_final: float = _doc("field: learning rate at the last step (exponential decay).", 0.001)
     betas: list[float] = _doc("Adam betas.", [0.9, 0.99])
-    tv_weight: float = _doc("Weight of `VoxelGrid.total_variation()` added to the MSE.", 0.0)
+    tv_weight: float = _doc(
+        "Weight of `VoxelGrid.total_variation()` (nerf: of the density grid) added to the MSE.",
+        0.0,
+    )
     surface_fraction: float = _doc(
         "SDF targets: fraction of each batch drawn near the surface (rest uniform).", 0.0
     )
@@ -127,10 +189,11 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     every: int = _doc(
-        "Evaluate on the held-out points every this many steps (and at the end).", 100
+        "Evaluate (held-out points, or nerf: test views) every this many steps and at the end.",
+        100,
     )
-    points: int = _doc("Number of fixed held-out points (uniform in the box).", 262144)
-    seed: int = _doc("Seed of the held-out points (independent of the training seed).", 1234)
+    points: int = _doc("field: number of fixed held-out points (uniform in the box).", 262144)
+    seed: int = _doc("field: seed of the held-out points (independent of the training seed).", 1234)
 
 
 @dataclass
@@ -138,16 +201,37 @@ class OutputConfig:
     checkpoint_every: int = _doc(
         "Write the checkpoint every this many steps (0: only at the end).", 1000
     )
-    pictures: bool = _doc("Write slices.png and curves.png at the end.", True)
-    slice_resolution: int = _doc("Pixels per side of each picture slice.", 256)
+    pictures: bool = _doc(
+        "Write the pictures at the end (field: slices.png, curves.png; nerf: test_views.png, "
+        "curves.png, turntable.gif).",
+        True,
+    )
+    slice_resolution: int = _doc("field: pixels per side of each picture slice.", 256)
+    picture_views: int = _doc("nerf: test views shown in test_views.png.", 4)
+    turntable_frames: int = _doc("nerf: frames of turntable.gif (0: no animation).", 36)
     progress: bool = _doc("Show the tqdm progress bar.", True)
+
+
+EXPERIMENTS = ("field", "nerf")
+#: The tables each experiment reads; the others must not appear in its config.
+EXPERIMENT_SECTIONS = {
+    "field": ("target", "grid", "train", "eval", "output"),
+    "nerf": ("data", "nerf", "grid", "train", "eval", "output"),
+}
 
 
 @dataclass
 class Config:
+    experiment: str = _doc(
+        "What is fitted: `field` (a VoxelGrid against `[target]`) or `nerf` (a radiance "
+        "field from the posed images of `[data]`, model in `[nerf]`).",
+        "field",
+    )
     seed: int = _doc("Seed of the grid init and the training points; runs are repeatable.", 0)
     device: str = _doc("`auto` (CUDA when available, else CPU), `cpu` or `cuda`.", "auto")
     target: TargetConfig = field(default_factory=TargetConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    nerf: NerfConfig = field(default_factory=NerfConfig)
     grid: GridConfig = field(default_factory=GridConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -156,6 +240,8 @@ class Config:
 
 SECTIONS: dict[str, type] = {
     "target": TargetConfig,
+    "data": DataConfig,
+    "nerf": NerfConfig,
     "grid": GridConfig,
     "train": TrainConfig,
     "eval": EvalConfig,
@@ -284,7 +370,8 @@ def load_config(
             overridden_target.add(keys[1])
             explicit_target.add(keys[1])
     config = _build(Config, raw, "")
-    validate(config, explicit_target)
+    sections = {k for k, v in raw.items() if k in SECTIONS and isinstance(v, dict) and v}
+    validate(config, explicit_target, sections)
     return config
 
 
@@ -324,9 +411,20 @@ def _triple(value: list[float], key: str) -> None:
         raise ConfigError(f"{key}: expected 3 finite numbers [x, y, z], got {value!r}")
 
 
-def validate(config: Config, explicit_target: set[str] = frozenset()) -> None:
-    """Check values (types are already right); raise ConfigError naming the key."""
+def validate(
+    config: Config, explicit_target: set[str] = frozenset(), sections: set[str] = frozenset()
+) -> None:
+    """Check values (types are already right); raise ConfigError naming the key.
+
+    `sections`: the tables the file or the overrides wrote (those the experiment does not
+    read are an error)."""
     c = config
+    _choice(c.experiment, EXPERIMENTS, "experiment")
+    for name in sorted(sections - set(EXPERIMENT_SECTIONS[c.experiment])):
+        raise ConfigError(
+            f"{name}: not read by experiment = {c.experiment!r} "
+            f"(it reads: {', '.join(EXPERIMENT_SECTIONS[c.experiment])})"
+        )
     _choice(c.device, ("auto", "cpu", "cuda"), "device")
     if c.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: 'cuda' requested but torch.cuda.is_available() is False")
@@ -372,6 +470,11 @@ def validate(config: Config, explicit_target: set[str] = frozenset()) -> None:
     _choice(g.init, ("zeros", "uniform", "normal"), "grid.init")
     _positive(g.init_scale, "grid.init_scale", zero=True)
     _choice(g.padding, ("zeros", "border"), "grid.padding")
+    _choice(g.backend, ("native", "grid_sample"), "grid.backend")
+    if c.experiment == "field" and g.backend != "native":
+        raise ConfigError("grid.backend: the field experiment uses 'native' only")
+    if c.experiment == "nerf":
+        _validate_nerf(c)
 
     r = c.train
     for key in ("steps", "batch_size"):
@@ -429,6 +532,45 @@ def validate(config: Config, explicit_target: set[str] = frozenset()) -> None:
         )
 
 
+def _validate_nerf(c: Config) -> None:
+    d, n = c.data, c.nerf
+    if not d.path:
+        raise ConfigError("data.path: required (a Blender-format scene directory)")
+    for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
+        if getattr(d, key) < 1:
+            raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
+    if d.test_views < 0:
+        raise ConfigError(f"data.test_views: expected an integer >= 0, got {d.test_views}")
+    if len(d.background) != 3 or not all(0 <= v <= 1 for v in d.background):
+        raise ConfigError(f"data.background: expected 3 numbers in [0, 1], got {d.background!r}")
+    for key in ("color_features", "hidden", "occupancy_every"):
+        if getattr(n, key) < 1:
+            raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
+    for key in ("view_frequencies", "occupancy_start"):
+        if getattr(n, key) < 0:
+            raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
+    for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
+        _positive(getattr(n, key), f"nerf.{key}")
+    for key in ("alpha_init", "occupancy_threshold", "weight_threshold"):
+        value = getattr(n, key)
+        if not 0 <= value < 1:
+            raise ConfigError(f"nerf.{key}: expected a number in [0, 1), got {value}")
+    if n.alpha_init == 0:
+        raise ConfigError("nerf.alpha_init: expected a number in (0, 1), got 0.0")
+    if c.train.upsample_moments == "rescale":
+        raise ConfigError(
+            "train.upsample_moments: the nerf experiment supports 'resample' and 'reset'"
+        )
+    if c.output.picture_views < 1:
+        raise ConfigError(
+            f"output.picture_views: expected an integer >= 1, got {c.output.picture_views}"
+        )
+    if c.output.turntable_frames < 0:
+        raise ConfigError(
+            f"output.turntable_frames: expected an integer >= 0, got {c.output.turntable_frames}"
+        )
+
+
 def _check_npy(path: str) -> Path:
     """The resolved path of a readable 3-D numeric `.npy` array (only its header is read)."""
     if not path:
@@ -457,10 +599,15 @@ def _check_npy(path: str) -> Path:
 
 
 def to_dict(config: Config) -> dict:
-    """The resolved config as plain data; [target] holds only the keys its kind reads."""
+    """The resolved config as plain data: only the tables its experiment reads, and
+    [target] only with the keys its kind reads."""
     data = dataclasses.asdict(config)
-    keep = {"kind", *KIND_KEYS[config.target.kind]}
-    data["target"] = {k: v for k, v in data["target"].items() if k in keep}
+    for name in SECTIONS:
+        if name not in EXPERIMENT_SECTIONS[config.experiment]:
+            del data[name]
+    if "target" in data:
+        keep = {"kind", *KIND_KEYS[config.target.kind]}
+        data["target"] = {k: v for k, v in data["target"].items() if k in keep}
     return data
 
 

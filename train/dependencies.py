@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 INSTALL_TRAIN = "pip install '.[train]'"
 
 
-def require(module: str, *, key: str, needs: str, install: str, turn_off: str) -> None:
+def require(module: str, *, key: str, needs: str, install: str, turn_off: str = "") -> None:
     """Import `module` or raise MissingDependencyError naming the key that needs it.
 
     Args:
@@ -25,24 +25,32 @@ def require(module: str, *, key: str, needs: str, install: str, turn_off: str) -
         key: the config key that turns the feature on, e.g. "output.pictures".
         needs: what the feature is, e.g. "pictures (slices.png, curves.png)".
         install: the command that installs it.
-        turn_off: the option that turns the feature off instead.
+        turn_off: the option that turns the feature off instead, if there is one.
     """
     try:
         importlib.import_module(module)
     except ImportError as error:
         raise MissingDependencyError(
             f"{key}: {needs} need {module}, which cannot be imported ({error}); "
-            f"install it with {install}, or turn them off with {turn_off}"
+            f"install it with {install}"
+            + (f", or turn them off with {turn_off}" if turn_off else "")
         ) from None
 
 
 def check_dependencies(config: Config) -> None:
     """Raise MissingDependencyError if a feature the config turns on lacks its package."""
+    if config.experiment == "nerf":
+        require(
+            "PIL",
+            key="experiment",
+            needs="radiance fields (their PNG images)",
+            install=INSTALL_TRAIN,
+        )
     if config.output.pictures:
         require(
             "matplotlib",
             key="output.pictures",
-            needs="pictures (slices.png, curves.png)",
+            needs="pictures (slices.png or test_views.png, curves.png)",
             install=INSTALL_TRAIN,
             turn_off="--set output.pictures=false",
         )

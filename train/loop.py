@@ -1,4 +1,9 @@
-"""The fitting loop: sample points, MSE against the target, Adam, evaluate, checkpoint.
+"""The fitting loop skeleton: draw a batch, loss, Adam, evaluate, checkpoint, resume.
+
+What differs between experiments (the batch, the loss, the evaluation, the pictures) lives
+in one module per experiment, each a class with the methods of `Experiment`:
+`train.field` (a VoxelGrid against a target field) and `train.nerf` (a radiance field
+from posed images). This file holds only what they share.
 
 Run directory layout (all written by `run`; `rundir.RUN_FILES` lists them, and a new
 run refuses a directory holding them unless told to resume or overwrite it):
@@ -7,8 +12,8 @@ run refuses a directory holding them unless told to resume or overwrite it):
     metrics.jsonl     one JSON object per evaluation
     checkpoint.pt     model, optimiser, RNG and counters; written atomically
     summary.json      final numbers (written when the run completes)
-    slices.png        target / fit / error through the middle of each axis
-    curves.png        training loss, held-out MSE and PSNR against steps
+    *.png, *.gif      the experiment's pictures (field: slices.png, curves.png;
+                      nerf: test_views.png, curves.png, turntable.gif)
 """
 
 from __future__ import annotations
@@ -18,34 +23,51 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm import tqdm
 
 import grid
-from grid.voxel_grid import VoxelGrid
 
 from .config import Config, as_resolution, load_config, to_dict, to_toml
 from .dependencies import check_dependencies
 from .errors import ConfigError, InputFileError, read_input
-from .metrics import MetricsLog, psnr
+from .metrics import MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
-from .targets import Target, make_target
 
 CHECKPOINT = "checkpoint.pt"
-#: Layout of checkpoint.pt. 2: stores "format" and "kind"; 1: the same keys without
-#: them (written before they existed; read as a field checkpoint).
+#: Layout of checkpoint.pt. 2: stores "format" and "kind" (the experiment); 1: the same
+#: keys without them (written before they existed; read as a field checkpoint).
 CHECKPOINT_FORMAT = 2
-#: What this loop fits; stored in its checkpoints so another experiment's are refused.
-EXPERIMENT_KIND = "field"
 #: Keys every readable checkpoint holds (besides "format" and "kind").
 CHECKPOINT_KEYS = (
     *("step", "config", "model", "optimizer", "generator", "torch_rng"),
     *("seconds", "train_seconds", "loss_sum", "loss_count"),
 )
-EVAL_CHUNK = 1 << 18
+RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units
+
+
+class Experiment(Protocol):
+    """What an experiment module provides to `run` (see train/field.py, train/nerf.py)."""
+
+    label: str  # progress-bar prefix
+    unit: str  # what the batch counts ("points", "rays"): metrics key `<unit>_per_second`
+    eval_name: str  # what evaluate() measures on, for the log line
+    model: nn.Module  # has .resolution and state_dict(); saved in the checkpoint
+    optimizer: torch.optim.Optimizer
+
+    def learning_rate(self, step: int) -> float: ...  # reported in metrics.jsonl
+    def begin_step(self, step: int) -> None: ...  # learning rates, maintenance
+    def upsample(self, resolution: tuple[int, int, int]) -> None: ...
+    def loss(self) -> tuple[Tensor, Tensor]: ...  # (loss, batch MSE), draws the batch
+    def batch_psnr(self, mse: float) -> float: ...
+    def evaluate(self, train_seconds: float) -> dict[str, Any]: ...  # mse, psnr, ...
+    def state_dict(self) -> dict[str, Any]: ...  # extra checkpoint state
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def summary(self, common: dict[str, Any]) -> dict[str, Any]: ...
+    def write_pictures(self, out: Path, records: list[dict], summary: dict) -> None: ...
 
 
 def select_device(name: str) -> torch.device:
@@ -66,46 +88,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def uniform_points(n: int, lo: Tensor, hi: Tensor, gen: torch.Generator) -> Tensor:
-    """[n, 3] points uniform in the box [lo, hi] (lo, hi: [3]) on the generator's device."""
-    return lo + (hi - lo) * torch.rand(n, 3, generator=gen, device=gen.device)
-
-
-def draw_batch(
-    config: Config, target: Target, lo: Tensor, hi: Tensor, gen: torch.Generator
-) -> Tensor:
-    """[batch_size, 3] training points: uniform, plus a near-surface share for SDFs."""
-    n = config.train.batch_size
-    near = round(n * config.train.surface_fraction)
-    points = uniform_points(n - near, lo, hi, gen)
-    if near:
-        surface = target.surface_points(near, config.train.surface_std, lo, hi, gen)
-        points = torch.cat([points, surface])
-    return points
-
-
-def learning_rate(config: Config, step: int) -> float:
-    """Exponential decay from train.lr at step 0 to train.lr_final at the last step."""
-    t = config.train
-    return t.lr * (t.lr_final / t.lr) ** (step / max(1, t.steps - 1))
-
-
-def make_optimizer(model: VoxelGrid, config: Config) -> torch.optim.Adam:
-    return torch.optim.Adam(
-        model.parameters(), lr=config.train.lr, betas=tuple(config.train.betas), eps=1e-15
-    )
-
-
-@torch.no_grad()
-def evaluate(model: VoxelGrid, points: Tensor, values: Tensor) -> float:
-    """Mean squared error over the held-out points (points: [N, 3], values: [N])."""
-    total = 0.0
-    for start in range(0, points.shape[0], EVAL_CHUNK):
-        pred = model(points[start : start + EVAL_CHUNK])[..., 0].float()
-        total += (pred - values[start : start + EVAL_CHUNK]).double().square().sum().item()
-    return total / points.shape[0]
-
-
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """Write `state` to a temporary file next to `path`, then rename it over `path`:
     a crash leaves either the old checkpoint or the new one, never half of one."""
@@ -117,12 +99,12 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def load_checkpoint(out_dir: Path, kind: str = EXPERIMENT_KIND) -> dict[str, Any]:
+def load_checkpoint(out_dir: Path, kind: str | None = None) -> dict[str, Any]:
     """The checkpoint of a run directory (tensors on the CPU).
 
     Raises InputFileError naming the file when it is damaged (truncated, corrupt),
-    not a grid-train checkpoint, of another experiment kind, or of a format this
-    version does not read.
+    not a grid-train checkpoint, of an experiment other than `kind` (any, if None),
+    or of a format this version does not read.
     """
     path = out_dir / CHECKPOINT
     state = read_input(
@@ -144,8 +126,8 @@ def load_checkpoint(out_dir: Path, kind: str = EXPERIMENT_KIND) -> dict[str, Any
             f"checkpoint format {version!r}, but this version of grid-train reads formats "
             f"1 to {CHECKPOINT_FORMAT} (written by a newer grid-train?)",
         )
-    found = state.get("kind", EXPERIMENT_KIND)
-    if found != kind:
+    found = state.get("kind", "field")
+    if kind is not None and found != kind:
         raise InputFileError(
             path, f"a checkpoint of a {found!r} experiment, but this run is a {kind!r} one"
         )
@@ -163,6 +145,22 @@ def resume_config(out_dir: Path, overrides: list[str] | tuple[str, ...] = ()) ->
     return load_config(base=load_checkpoint(out_dir)["config"], overrides=overrides)
 
 
+def make_experiment(
+    config: Config,
+    device: torch.device,
+    gen: torch.Generator,
+    resolution: tuple[int, int, int] | None,
+) -> Experiment:
+    """The experiment module `config.experiment` names (imported on first use)."""
+    if config.experiment == "nerf":
+        from .nerf import NerfExperiment
+
+        return NerfExperiment(config, device, gen, resolution)
+    from .field import FieldExperiment
+
+    return FieldExperiment(config, device, gen, resolution)
+
+
 def run(
     config: Config,
     out_dir: str | Path,
@@ -171,14 +169,14 @@ def run(
     overwrite: bool = False,
     stop_at: int | None = None,
 ) -> dict[str, Any] | None:
-    """Fit a VoxelGrid to the configured target; write the run directory.
+    """Train the configured experiment; write the run directory.
 
     Args:
         config: a validated config (`load_config`).
         out_dir: the run directory (created if needed). A new run refuses a
             directory that already holds one (ConfigError) unless `overwrite`.
         resume: continue from `out_dir/checkpoint.pt`. With the same config the
-            result is identical to an uninterrupted run (RNG states are saved).
+            result is identical to an uninterrupted run on the CPU (RNG states are saved).
         overwrite: replace the run in `out_dir`: delete the files a run writes
             (`rundir.RUN_FILES`), keep anything else. Not with `resume`.
         stop_at: stop after this step (writing the checkpoint) without finishing;
@@ -192,40 +190,22 @@ def run(
     check_dependencies(c)
     check_run_dir(out, resume=resume, overwrite=overwrite)
     device = select_device(c.device)
-    lo, hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
-    target = make_target(c.target, c.grid.bounds).to(device)
-    # Only now that the target's files are read: a failure leaves the old run intact.
-    prepare_run_dir(out, resume=resume, overwrite=overwrite)
-
-    # Fixed held-out points, independent of the training seed.
-    eval_gen = torch.Generator().manual_seed(c.eval.seed)
-    eval_points = uniform_points(c.eval.points, lo.cpu(), hi.cpu(), eval_gen).to(device)
-    with torch.no_grad():
-        eval_values = torch.cat([target(p) for p in eval_points.split(EVAL_CHUNK)])
-    value_range = (eval_values.max() - eval_values.min()).item() or 1.0
-
     schedule = dict(zip(c.train.upsample_steps, c.train.upsample_resolutions, strict=True))
-    torch.manual_seed(c.seed)
-    resolution = as_resolution(c.grid.resolution, "grid.resolution")
     gen = torch.Generator(device=device).manual_seed(c.seed)
     log = MetricsLog(out / "metrics.jsonl")
     step, seconds, train_seconds = 0, 0.0, 0.0
     loss_sum, loss_count = torch.zeros((), dtype=torch.float64, device=device), 0
-    checkpoint = load_checkpoint(out) if resume else None
-    model = VoxelGrid(
-        resolution,
-        1,
-        c.grid.bounds,
-        init=c.grid.init,
-        init_scale=c.grid.init_scale,
-        padding=c.grid.padding,
-        device=device,
-    )
-    optimizer = make_optimizer(model, c)
+    checkpoint = load_checkpoint(out, c.experiment) if resume else None
+    resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
+    exp = make_experiment(c, device, gen, resolution)  # reads the target's or scene's files
+    # Only now that the input files are read: a failure leaves the old run intact.
+    prepare_run_dir(out, resume=resume, overwrite=overwrite)
+    model = exp.model
     if checkpoint is not None:
         try:
-            model.load_state_dict(checkpoint["model"])  # adopts an upsampled resolution
-            optimizer.load_state_dict(checkpoint["optimizer"])
+            model.load_state_dict(checkpoint["model"])
+            exp.optimizer.load_state_dict(checkpoint["optimizer"])
+            exp.load_state_dict(checkpoint.get("experiment", {}))
             gen.set_state(checkpoint["generator"])
             torch.set_rng_state(checkpoint["torch_rng"])
         except (RuntimeError, ValueError, TypeError, KeyError) as error:
@@ -242,29 +222,32 @@ def run(
     (out / "config.toml").write_text(to_toml(c))
 
     def state() -> dict[str, Any]:
+        extra = exp.state_dict()
         return {
             "format": CHECKPOINT_FORMAT,
-            "kind": EXPERIMENT_KIND,
+            "kind": c.experiment,
             "step": step,
             "config": to_dict(c),
             "resolution": list(model.resolution),
             "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
+            "optimizer": exp.optimizer.state_dict(),
             "generator": gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "seconds": seconds,
             "train_seconds": train_seconds,
             "loss_sum": loss_sum,
             "loss_count": loss_count,
+            **({"experiment": extra} if extra else {}),
         }
 
     steps, batch = c.train.steps, c.train.batch_size
+    rate_key = f"{exp.unit}_per_second"
     end = steps if stop_at is None else max(step, min(stop_at, steps))
     bar = tqdm(
         total=steps,
         initial=step,
         unit="step",
-        desc=f"{c.target.kind} {'x'.join(map(str, model.resolution))}",
+        desc=f"{exp.label} {'x'.join(map(str, model.resolution))}",
         disable=not c.output.progress,
         dynamic_ncols=True,
         file=sys.stderr,
@@ -276,24 +259,13 @@ def run(
     while step < end:
         if step in schedule:
             new = as_resolution(schedule[step], "train.upsample_resolutions")
-            if c.train.upsample_moments == "reset":
-                model.upsample(new)
-                optimizer = make_optimizer(model, c)
-            else:
-                rescale = c.train.upsample_moments == "rescale"
-                model.upsample(new, optimizer, rescale_moments=rescale)
-            bar.set_description(f"{c.target.kind} {'x'.join(map(str, new))}")
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(c, step)
-
-        points = draw_batch(c, target, lo, hi, gen)  # [B, 3]
-        with torch.no_grad():
-            values = target(points)  # [B]
-        mse = (model(points)[..., 0] - values).square().mean()
-        loss = mse + c.train.tv_weight * model.total_variation() if c.train.tv_weight else mse
-        optimizer.zero_grad(set_to_none=True)
+            exp.upsample(new)
+            bar.set_description(f"{exp.label} {'x'.join(map(str, new))}")
+        exp.begin_step(step)
+        loss, mse = exp.loss()
+        exp.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        optimizer.step()
+        exp.optimizer.step()
         loss_sum += mse.detach()
         loss_count += 1
         step += 1
@@ -304,8 +276,8 @@ def run(
             rate = batch * (step - bar_step) / max(time.perf_counter() - bar_time, 1e-9)
             bar.set_postfix(
                 loss=f"{mse_now:.2e}",
-                psnr=f"{psnr(mse_now, value_range):.1f}",
-                pts_s=f"{rate:.3g}",
+                psnr=f"{exp.batch_psnr(mse_now):.1f}",
+                **{RATE_LABELS.get(exp.unit, exp.unit) + "_s": f"{rate:.3g}"},
                 refresh=False,
             )
             bar.update(step - bar.n)
@@ -320,24 +292,23 @@ def run(
             now = time.perf_counter()
             train_seconds += now - segment_start
         if is_eval:
-            held_out = evaluate(model, eval_points, eval_values)
+            quality = exp.evaluate(train_seconds)
             record = {
                 "step": step,
-                "mse": held_out,
-                "psnr": psnr(held_out, value_range),
+                **quality,
                 "train_mse": (loss_sum / max(loss_count, 1)).item(),
-                "lr": learning_rate(c, step - 1),
+                "lr": exp.learning_rate(step - 1),
                 "resolution": list(model.resolution),
                 "seconds": seconds + time.perf_counter() - session_start,
-                "points_per_second": step * batch / max(train_seconds, 1e-9),
+                rate_key: step * batch / max(train_seconds, 1e-9),
             }
             log.write(record)
             loss_sum.zero_()
             loss_count = 0
             if c.output.progress:
                 bar.write(
-                    f"step {step:>6}  held-out mse {held_out:.3e}  psnr {record['psnr']:6.2f} dB"
-                    f"  res {'x'.join(map(str, model.resolution))}"
+                    f"step {step:>6}  {exp.eval_name} mse {quality['mse']:.3e}  "
+                    f"psnr {quality['psnr']:6.2f} dB  res {'x'.join(map(str, model.resolution))}"
                 )
         if is_checkpoint:
             seconds += time.perf_counter() - session_start
@@ -352,27 +323,18 @@ def run(
         print(f"stopped at step {step} of {steps}; continue with --resume", file=sys.stderr)
         return None
 
-    held_out = evaluate(model, eval_points, eval_values)
-    summary = {
-        "psnr": psnr(held_out, value_range),
-        "mse": held_out,
+    common = {
         "steps": steps,
         "seconds": seconds,
         "train_seconds": train_seconds,
-        "points_per_second": steps * batch / max(train_seconds, 1e-9),
+        "per_second": steps * batch / max(train_seconds, 1e-9),
         "device": describe_device(device),
-        "target": c.target.kind,
-        "resolution": list(model.resolution),
-        "parameters": model.features.numel(),
-        "batch_size": batch,
-        "value_range": value_range,
-        "held_out_points": c.eval.points,
         "torch": torch.__version__,
         "grid_ops": grid._backend.source if hasattr(grid, "_backend") else "",
+        "records": log.read(),
     }
+    summary = exp.summary(common)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if c.output.pictures:
-        from .pictures import write_pictures
-
-        write_pictures(out, c, model, target, log.read(), summary)
+        exp.write_pictures(out, log.read(), summary)
     return summary

@@ -18,7 +18,11 @@ from .errors import ConfigError
 RUN_MARKERS = ("checkpoint.pt", "metrics.jsonl", "summary.json", "config.toml")
 #: Every file a run writes: what `--overwrite` deletes. An experiment that writes
 #: another file adds it here (tests check that a run writes nothing else).
-RUN_FILES = (*RUN_MARKERS, "checkpoint.pt.tmp", "slices.png", "curves.png")
+RUN_FILES = (
+    *(*RUN_MARKERS, "checkpoint.pt.tmp", "curves.png"),
+    *("slices.png",),  # field
+    *("test_views.png", "turntable.gif"),  # nerf
+)
 
 
 def held_run_files(out: Path) -> list[str]:

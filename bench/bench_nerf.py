@@ -1,0 +1,276 @@
+"""N1: one NeRF training step (render a batch of rays, MSE + TV, backward, Adam), VoxelNeRF on
+`grid.sample` ("native") against the same model on `F.grid_sample` ("grid_sample").
+
+    python bench/bench_nerf.py --config configs/nerf_scene_gpu.toml [--checkpoint RUN/checkpoint.pt]
+                               [--json PATH] [--set key=value ...] [--warmup N] [--reps N]
+
+The model and the rays are those of the config (its scene, `train.batch_size` training rays,
+the same rays every repetition). With `--checkpoint` (a run directory's checkpoint.pt of
+that config) the step is timed on the trained model, occupancy grid included: the state
+training spends most of its steps in. Two rows per state:
+
+    N1 trained   the checkpoint's grids and occupancy (empty space skipped)
+    N1 dense     the same grids with skipping off (occupancy all true, weight threshold 0):
+                 every sample inside the box reaches both grids and the MLP
+
+Two timing methods, both medians: "queued" is bench_ops' `timeit` (CUDA events around work
+enqueued behind a GPU sleep; the step synchronises inside, at the packed-sample counts, so
+it cannot run ahead far) and "synced", a per-step loop that synchronises after every step
+and reads the host clock. JSON and a markdown table go next to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from bench_ops import Ctx, attempt, fmt_ms, free_memory, timeit  # noqa: E402
+
+from train.config import load_config  # noqa: E402
+from train.loop import select_device  # noqa: E402
+from train.nerf import NerfExperiment  # noqa: E402
+from train.nerf_model import VoxelNeRF  # noqa: E402
+
+
+def synced(fn, device: torch.device, warmup: int, reps: int) -> dict:
+    """Median (and spread) in ms of `fn()` timed one call at a time, synchronised."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    s = sorted(times)
+    return {
+        "median": s[len(s) // 2],
+        "p20": s[round(0.2 * (len(s) - 1))],
+        "p80": s[round(0.8 * (len(s) - 1))],
+        "min": s[0],
+        "max": s[-1],
+        "reps": reps,
+        "warmup": warmup,
+    }
+
+
+def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
+    """The same model (same parameters, occupancy, thresholds) on the grid_sample backend."""
+    n = config.nerf
+    other = VoxelNeRF(
+        native.bounds_list,
+        native.resolution,
+        native.resolution,
+        color_features=n.color_features,
+        hidden=n.hidden,
+        view_frequencies=n.view_frequencies,
+        step_ratio=n.step_ratio,
+        alpha_init=n.alpha_init,
+        occupancy_threshold=n.occupancy_threshold,
+        weight_threshold=native.weight_threshold,
+        backend="grid_sample",
+        device=native.occupancy.device,
+    )
+    other.final_voxel = native.final_voxel
+    with torch.no_grad():
+        for name in ("density", "color"):
+            f = getattr(native, name).features
+            getattr(other, name).features.copy_(f.permute(3, 2, 1, 0)[None])
+        other.mlp.load_state_dict(native.mlp.state_dict())
+        other.occupancy = native.occupancy.clone()
+    return other
+
+
+def step_fn(model: VoxelNeRF, exp: NerfExperiment, index: torch.Tensor, tv_weight: float):
+    """One training step on fixed rays, with the experiment's optimiser settings."""
+    fused = exp.device.type == "cuda"
+    groups = [
+        {"params": [model.density.features], "lr": 1e-3},
+        {"params": [model.color.features], "lr": 1e-3},
+        {"params": list(model.mlp.parameters()), "lr": 1e-4},
+    ]
+    opt = torch.optim.Adam(groups, betas=tuple(exp.config.train.betas), fused=fused)
+    o, d, target = exp.rays_o[index], exp.rays_d[index], exp.colors[index]
+    info = {}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model.render(o, d, exp.background)
+        loss = (out["rgb"] - target).square().mean()
+        if tv_weight:
+            loss = loss + tv_weight * model.total_variation()
+        loss.backward()
+        opt.step()
+        info["samples"] = out["samples"]
+        return loss
+
+    return step, info
+
+
+def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) -> dict:
+    """Both backends, both timing methods, on the experiment's model in `state`."""
+    native = exp.model
+    if state == "dense":
+        native.occupancy.fill_(True)
+        native.weight_threshold = 0.0
+    other = to_channels_first(native, exp.config)
+    o, d = exp.rays_o[index], exp.rays_d[index]
+    with torch.no_grad():
+        a = native.render(o, d, exp.background)["rgb"]
+        b = other.render(o, d, exp.background)["rgb"]
+    check = float((a - b).abs().max())
+    row = {"workload": "N1", "state": state, "rays": index.numel(), "rgb_max_abs_diff": check}
+    dev = exp.device
+    warm, reps = ctx.warmup[dev.type], ctx.reps[dev.type]
+    for name, model in (("native", native), ("grid_sample", other)):
+        step, info = step_fn(model, exp, index, exp.config.train.tv_weight)
+        queued, error = attempt(lambda step=step: timeit(step, dev, warm, reps))
+        sync, error2 = attempt(lambda step=step: synced(step, dev, warm, reps))
+        row[name] = {
+            "queued": queued,
+            "synced": sync,
+            "error": error or error2,
+            "samples_per_ray": info.get("samples", 0) / index.numel(),
+        }
+        free_memory()
+    for method in ("queued", "synced"):
+        ours, base = row["native"][method], row["grid_sample"][method]
+        if ours and base:
+            row[f"speedup_{method}"] = base["median"] / ours["median"]
+            row[f"native_steps_per_s_{method}"] = 1e3 / ours["median"]
+            row[f"grid_sample_steps_per_s_{method}"] = 1e3 / base["median"]
+    return row
+
+
+def profile(exp: NerfExperiment, index: torch.Tensor, steps: int = 5) -> None:
+    """Print where the time of the trained-state step goes, per backend (device time)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU]
+    if exp.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    key = "cuda_time_total" if exp.device.type == "cuda" else "cpu_time_total"
+    for name, model in (
+        ("native", exp.model),
+        ("grid_sample", to_channels_first(exp.model, exp.config)),
+    ):
+        step, _ = step_fn(model, exp, index, exp.config.train.tv_weight)
+        for _ in range(3):
+            step()
+        with torch_profile(activities=activities) as prof:
+            for _ in range(steps):
+                step()
+            if exp.device.type == "cuda":
+                torch.cuda.synchronize()
+        print(f"profile, {name}, {steps} steps, trained state:")
+        print(prof.key_averages().table(sort_by=key, row_limit=14, max_name_column_width=40))
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [
+        f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']}"
+        + (f" | checkpoint {meta['checkpoint']}" if meta["checkpoint"] else ""),
+        "",
+        "| workload | state | samples/ray | native queued ms | grid_sample queued ms | speedup "
+        "| native synced ms | grid_sample synced ms | speedup | steps/s native / grid_sample "
+        "(synced) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+
+        def ms(who, method, r=r):
+            stats = r[who][method]
+            return fmt_ms(stats["median"]) if stats else "ERROR"
+
+        def ratio(method, r=r):
+            x = r.get(f"speedup_{method}")
+            return "-" if x is None else f"{x:.2f}x"
+
+        rate = "-"
+        if r.get("native_steps_per_s_synced"):
+            rate = (
+                f"{r['native_steps_per_s_synced']:.1f} / {r['grid_sample_steps_per_s_synced']:.1f}"
+            )
+        lines.append(
+            f"| N1 | {r['state']} | {r['native']['samples_per_ray']:.1f} | "
+            f"{ms('native', 'queued')} | {ms('grid_sample', 'queued')} | {ratio('queued')} | "
+            f"{ms('native', 'synced')} | {ms('grid_sample', 'synced')} | {ratio('synced')} | "
+            f"{rate} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_scene_gpu.toml"))
+    parser.add_argument("--checkpoint", default="", help="checkpoint.pt of a run of --config")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "bench_nerf.json"))
+    parser.add_argument("--quick", action="store_true", help="few repetitions (smoke test)")
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--profile", action="store_true", help="also print torch.profiler tables of the step"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    config = load_config(args.config, ["output.progress=false", *args.set])
+    device = select_device(config.device)
+    ctx = Ctx(args, device)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    resolution = None
+    checkpoint = None
+    if args.checkpoint:
+        checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+        resolution = tuple(checkpoint["resolution"])
+    exp = NerfExperiment(config, device, gen, resolution)
+    if checkpoint is not None:
+        exp.model.load_state_dict(checkpoint["model"])
+    index = torch.randint(
+        exp.colors.shape[0], (config.train.batch_size,), generator=gen, device=device
+    )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    meta = {
+        "device_name": name,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": args.config,
+        "overrides": args.set,
+        "checkpoint": args.checkpoint,
+        "resolution": list(exp.model.resolution),
+        "batch_size": config.train.batch_size,
+    }
+    print(f"bench_nerf: {name}, grids {exp.model.resolution}, {index.numel()} rays", flush=True)
+    if args.profile:
+        profile(exp, index)
+    rows = [bench_state(ctx, exp, state, index) for state in ("trained", "dense")]
+    table = markdown(rows, meta)
+    print(table)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
+    path.with_suffix(".md").write_text(table + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The NeRF model (train/nerf_model.py): compositing, backends, empty-space skipping."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from train.nerf_model import VoxelNeRF, composite_weights, positional_encoding, ray_box
+
+BOUNDS = ((-1.5, -1.5, -1.5), (1.5, 1.5, 1.5))
+
+
+def padded_weights(alpha: torch.Tensor, ray_id: torch.Tensor, n_rays: int) -> torch.Tensor:
+    """Reference: a Python loop over each ray's samples."""
+    out = torch.empty_like(alpha)
+    for r in range(n_rays):
+        transmittance = 1.0
+        for i in (ray_id == r).nonzero().flatten().tolist():
+            out[i] = alpha[i] * transmittance
+            transmittance = transmittance * (1 - alpha[i])
+    return out
+
+
+def test_composite_weights_match_a_loop_and_have_gradients():
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.tensor([3, 0, 7, 1, 0, 12])
+    ray_id = torch.repeat_interleave(torch.arange(6), counts)
+    alpha = torch.rand(ray_id.shape[0], generator=gen, dtype=torch.float64).requires_grad_()
+    weights = composite_weights(alpha, ray_id, 6)
+    torch.testing.assert_close(weights, padded_weights(alpha.detach(), ray_id, 6))
+    # Per ray the weights sum to 1 - prod(1 - alpha).
+    sums = torch.zeros(6, dtype=torch.float64).index_add(0, ray_id, weights.detach())
+    opaque = torch.stack([1 - (1 - alpha.detach()[ray_id == r]).prod() for r in range(6)])
+    torch.testing.assert_close(sums, opaque)
+    assert torch.autograd.gradcheck(lambda a: composite_weights(a, ray_id, 6), (alpha,))
+    assert composite_weights(torch.zeros(0), torch.zeros(0, dtype=torch.long), 3).shape == (0,)
+
+
+def test_ray_box_and_positional_encoding():
+    origins = torch.tensor([[0.0, 0.0, 4.0], [0.0, 3.0, 4.0]])
+    directions = torch.tensor([[0.0, 0.0, -1.0], [0.0, 0.0, -1.0]])
+    lo, hi = torch.tensor(BOUNDS)
+    t_near, t_far = ray_box(origins, directions, lo, hi, 0.0)
+    assert t_near[0].item() == pytest.approx(2.5) and t_far[0].item() == pytest.approx(5.5)
+    assert t_far[1] <= t_near[1]  # misses
+    x = torch.randn(5, 3)
+    pe = positional_encoding(x, 2)
+    assert pe.shape == (5, 15)
+    torch.testing.assert_close(pe[:, :3], x)
+    torch.testing.assert_close(pe[:, 3:9:2], torch.sin(x))  # channel-major: x0, 2 x0, x1, ...
+    torch.testing.assert_close(pe[:, 10:15:2], torch.cos(2 * x))
+
+
+def models(**kwargs) -> tuple[VoxelNeRF, VoxelNeRF]:
+    """The same random model on both backends (grids copied, MLP from the same seed)."""
+    out = []
+    for backend in ("native", "grid_sample"):
+        torch.manual_seed(0)
+        out.append(VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, backend=backend, **kwargs))
+    native, channels_first = out
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        native.density.features.copy_(torch.randn(10, 9, 8, 1, generator=gen) * 4)
+        native.color.features.copy_(torch.randn(10, 9, 8, 12, generator=gen))
+        for name in ("density", "color"):
+            f = getattr(native, name).features
+            getattr(channels_first, name).features.copy_(f.permute(3, 2, 1, 0)[None])
+    return native, channels_first
+
+
+def rays(n: int, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    origins = F.normalize(torch.randn(n, 3, generator=gen), dim=-1) * 4
+    target = torch.rand(n, 3, generator=gen) - 0.5
+    return origins, F.normalize(target - origins, dim=-1)
+
+
+def test_backends_render_the_same_and_have_the_same_gradients():
+    native, channels_first = models()
+    origins, directions = rays(64)
+    background = torch.tensor([1.0, 0.5, 0.0])
+    a = native.render(origins, directions, background)
+    b = channels_first.render(origins, directions, background)
+    assert a["samples"] == b["samples"] > 0
+    torch.testing.assert_close(a["rgb"], b["rgb"])
+    torch.testing.assert_close(a["depth"], b["depth"])
+    (a["rgb"].square().sum() + native.total_variation()).backward()
+    (b["rgb"].square().sum() + channels_first.total_variation()).backward()
+    grad_native = native.density.features.grad[..., 0]
+    grad_cf = channels_first.density.features.grad[0, 0].permute(2, 1, 0)
+    assert grad_native.abs().max() > 0
+    torch.testing.assert_close(grad_native, grad_cf)
+    torch.testing.assert_close(native.mlp[0].weight.grad, channels_first.mlp[0].weight.grad)
+
+
+def test_rays_that_miss_the_box_see_the_background_and_cost_nothing():
+    native, _ = models()
+    origins = torch.tensor([[0.0, 4.0, 4.0]])
+    directions = torch.tensor([[0.0, 0.0, -1.0]])
+    background = torch.tensor([0.2, 0.3, 0.4])
+    out = native.render(origins, directions, background)
+    assert out["samples"] == 0
+    torch.testing.assert_close(out["rgb"][0], background)
+
+
+def test_empty_space_skipping_is_conservative_and_upsample_keeps_it():
+    native, _ = models(occupancy_threshold=1e-3, weight_threshold=0.0)
+    with torch.no_grad():  # empty half-space x < 0
+        density = native.density.features
+        density[:5] = -30.0
+    origins, directions = rays(128)
+    background = torch.ones(3)
+    full = native.render(origins, directions, background)
+    occupied = native.update_occupancy()
+    assert 0.3 < occupied < 0.9
+    skipped = native.render(origins, directions, background)
+    assert skipped["samples"] < full["samples"]
+    # What was skipped had alpha below the threshold: colours move by far less than 1e-2.
+    assert (skipped["rgb"] - full["rgb"]).abs().max() < 1e-2
+    before = native.occupancy.clone()
+    native.upsample(20)
+    assert native.occupancy.shape == (20, 20, 20)
+    assert native.occupancy.float().mean() >= before.float().mean()
+
+
+def test_upsample_carries_the_optimiser_on_both_backends():
+    for model in models():
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        origins, directions = rays(32)
+        model.render(origins, directions, torch.ones(3))["rgb"].sum().backward()
+        opt.step()
+        model.upsample(16, opt)
+        assert model.resolution == (16, 16, 16)
+        state = opt.state[model.density.features]
+        assert state["exp_avg"].shape == model.density.features.shape
+        opt.zero_grad()
+        model.render(origins, directions, torch.ones(3))["rgb"].sum().backward()
+        opt.step()  # shapes agree after the upsample

@@ -1,0 +1,167 @@
+"""The field experiment: a `VoxelGrid` fitted to a target field by points drawn in the box.
+
+What it adds to the loop skeleton (`train.loop`): the batch (uniform points, plus a
+near-surface share for SDFs), the loss (MSE against the target, optional total variation),
+the evaluation (MSE and PSNR on fixed held-out points) and the pictures (slices, curves).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from grid.voxel_grid import VoxelGrid
+
+from .config import Config, as_resolution
+from .metrics import psnr
+from .targets import Target, make_target
+
+EVAL_CHUNK = 1 << 18
+
+
+def uniform_points(n: int, lo: Tensor, hi: Tensor, gen: torch.Generator) -> Tensor:
+    """[n, 3] points uniform in the box [lo, hi] (lo, hi: [3]) on the generator's device."""
+    return lo + (hi - lo) * torch.rand(n, 3, generator=gen, device=gen.device)
+
+
+def draw_batch(
+    config: Config, target: Target, lo: Tensor, hi: Tensor, gen: torch.Generator
+) -> Tensor:
+    """[batch_size, 3] training points: uniform, plus a near-surface share for SDFs."""
+    n = config.train.batch_size
+    near = round(n * config.train.surface_fraction)
+    points = uniform_points(n - near, lo, hi, gen)
+    if near:
+        surface = target.surface_points(near, config.train.surface_std, lo, hi, gen)
+        points = torch.cat([points, surface])
+    return points
+
+
+def learning_rate(config: Config, step: int) -> float:
+    """Exponential decay from train.lr at step 0 to train.lr_final at the last step."""
+    t = config.train
+    return t.lr * (t.lr_final / t.lr) ** (step / max(1, t.steps - 1))
+
+
+def make_optimizer(model: VoxelGrid, config: Config) -> torch.optim.Adam:
+    return torch.optim.Adam(
+        model.parameters(), lr=config.train.lr, betas=tuple(config.train.betas), eps=1e-15
+    )
+
+
+@torch.no_grad()
+def evaluate(model: VoxelGrid, points: Tensor, values: Tensor) -> float:
+    """Mean squared error over the held-out points (points: [N, 3], values: [N])."""
+    total = 0.0
+    for start in range(0, points.shape[0], EVAL_CHUNK):
+        pred = model(points[start : start + EVAL_CHUNK])[..., 0].float()
+        total += (pred - values[start : start + EVAL_CHUNK]).double().square().sum().item()
+    return total / points.shape[0]
+
+
+class FieldExperiment:
+    """Fit a one-channel VoxelGrid to `config.target` (see the module docstring)."""
+
+    unit = "points"
+    eval_name = "held-out"
+
+    def __init__(
+        self,
+        config: Config,
+        device: torch.device,
+        gen: torch.Generator,
+        resolution: tuple[int, int, int] | None,
+    ) -> None:
+        c = self.config = config
+        self.gen = gen
+        self.lo, self.hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
+        self.target = make_target(c.target, c.grid.bounds).to(device)
+        self.label = c.target.kind
+        # Fixed held-out points, independent of the training seed.
+        eval_gen = torch.Generator().manual_seed(c.eval.seed)
+        points = uniform_points(c.eval.points, self.lo.cpu(), self.hi.cpu(), eval_gen)
+        self.eval_points = points.to(device)
+        with torch.no_grad():
+            self.eval_values = torch.cat(
+                [self.target(p) for p in self.eval_points.split(EVAL_CHUNK)]
+            )
+        self.value_range = (self.eval_values.max() - self.eval_values.min()).item() or 1.0
+        torch.manual_seed(c.seed)
+        self.model = VoxelGrid(
+            resolution or as_resolution(c.grid.resolution, "grid.resolution"),
+            1,
+            c.grid.bounds,
+            init=c.grid.init,
+            init_scale=c.grid.init_scale,
+            padding=c.grid.padding,
+            device=device,
+        )
+        self.optimizer = make_optimizer(self.model, c)
+
+    def learning_rate(self, step: int) -> float:
+        return learning_rate(self.config, step)
+
+    def begin_step(self, step: int) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.config, step)
+
+    def upsample(self, resolution: tuple[int, int, int]) -> None:
+        c = self.config
+        if c.train.upsample_moments == "reset":
+            self.model.upsample(resolution)
+            self.optimizer = make_optimizer(self.model, c)
+        else:
+            rescale = c.train.upsample_moments == "rescale"
+            self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)
+
+    def loss(self) -> tuple[Tensor, Tensor]:
+        """(loss to minimise, MSE of the batch) for one step."""
+        c = self.config
+        points = draw_batch(c, self.target, self.lo, self.hi, self.gen)  # [B, 3]
+        with torch.no_grad():
+            values = self.target(points)  # [B]
+        mse = (self.model(points)[..., 0] - values).square().mean()
+        loss = mse + c.train.tv_weight * self.model.total_variation() if c.train.tv_weight else mse
+        return loss, mse
+
+    def batch_psnr(self, mse: float) -> float:
+        return psnr(mse, self.value_range)
+
+    def evaluate(self, train_seconds: float) -> dict[str, Any]:
+        held_out = evaluate(self.model, self.eval_points, self.eval_values)
+        return {"mse": held_out, "psnr": psnr(held_out, self.value_range)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def summary(self, common: dict[str, Any]) -> dict[str, Any]:
+        c = self.config
+        quality = self.evaluate(common["train_seconds"])
+        return {
+            "psnr": quality["psnr"],
+            "mse": quality["mse"],
+            "steps": common["steps"],
+            "seconds": common["seconds"],
+            "train_seconds": common["train_seconds"],
+            "points_per_second": common["per_second"],
+            "device": common["device"],
+            "target": c.target.kind,
+            "resolution": list(self.model.resolution),
+            "parameters": self.model.features.numel(),
+            "batch_size": c.train.batch_size,
+            "value_range": self.value_range,
+            "held_out_points": c.eval.points,
+            "torch": common["torch"],
+            "grid_ops": common["grid_ops"],
+        }
+
+    def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
+        from .pictures import write_pictures
+
+        write_pictures(out, self.config, self.model, self.target, records, summary)

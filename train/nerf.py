@@ -1,0 +1,251 @@
+"""The NeRF experiment: a radiance field (`train.nerf_model.VoxelNeRF`) from posed images.
+
+What it adds to the loop skeleton (`train.loop`):
+
+* data: a Blender-format scene (`train.blender`), the project's procedural scene generated
+  into `data.path` on first use (`ensure_scene`); every training pixel's ray precomputed;
+* batch: `train.batch_size` rays drawn uniformly from all training pixels;
+* loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density;
+* maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
+  occupancy grid refreshed every `nerf.occupancy_every` steps;
+* evaluation: mean PSNR over the test views (whole images);
+* pictures: test_views.png, curves.png, turntable.gif (`train.nerf_pictures`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .config import Config, as_resolution
+from .errors import ConfigError, InputFileError
+from .metrics import psnr
+from .nerf_model import VoxelNeRF
+
+
+def final_resolution(config: Config) -> tuple[int, int, int]:
+    """The resolution after the last upsample (or the starting one)."""
+    res = config.train.upsample_resolutions
+    last = res[-1] if res else config.grid.resolution
+    return as_resolution(last, "train.upsample_resolutions")
+
+
+def ensure_scene(config: Config, device: torch.device) -> Path:
+    """`data.path`; with `data.generate`, first (re)generate the procedural scene there
+    when its scene.json does not match `data.scene_*` or the generator's version."""
+    from . import nerf_scene
+
+    d = config.data
+    path = Path(d.path).expanduser()
+    if not d.generate:
+        if not path.is_dir():
+            raise InputFileError(path, "no such directory", key="data.path")
+        return path
+    wanted = nerf_scene.scene_metadata(
+        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed
+    )
+    if nerf_scene.read_scene_metadata(path) != wanted:
+        print(
+            f"generating the procedural scene in {path} ({d.scene_size}x{d.scene_size}, "
+            f"{d.scene_train_views} training views, seed {d.scene_seed}) on {device}",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        return nerf_scene.ensure_scene(
+            path,
+            size=d.scene_size,
+            n_train=d.scene_train_views,
+            n_test=d.scene_test_views,
+            seed=d.scene_seed,
+            device=str(device),
+        )
+    except FileExistsError as error:  # data.path holds something else: never replaced
+        raise ConfigError(
+            f"data.path: {error} (to train on the scene there, set data.generate = false)"
+        ) from None
+
+
+class NerfExperiment:
+    """Train a VoxelNeRF on the scene of `config.data` (see the module docstring)."""
+
+    unit = "rays"
+    eval_name = "test-view"
+
+    def __init__(
+        self,
+        config: Config,
+        device: torch.device,
+        gen: torch.Generator,
+        resolution: tuple[int, int, int] | None,
+    ) -> None:
+        from .blender import DatasetError, camera_rays, load_blender
+
+        c = self.config = config
+        self.device, self.gen = device, gen
+        d = c.data
+        self.path = ensure_scene(c, device)
+        self.background = torch.tensor(d.background, dtype=torch.float32, device=device)
+        options = dict(downscale=d.downscale, background=tuple(d.background))
+        try:
+            train = load_blender(self.path, "train", **options)
+            test = load_blender(self.path, "test", limit=d.test_views or None, **options)
+        except DatasetError as error:
+            raise InputFileError(error.path, error.problem, key="data.path") from None
+        self.train_views, self.test_views = train, test
+        origins, directions = camera_rays(train)  # [V, H, W, 3] each
+        self.rays_o = origins.reshape(-1, 3).to(device)
+        self.rays_d = directions.reshape(-1, 3).to(device)
+        self.colors = torch.as_tensor(train.images).reshape(-1, 3).to(device)
+        test_o, test_d = camera_rays(test)
+        self.test_rays = (test_o.to(device), test_d.to(device))  # [T, H, W, 3] each
+        self.test_images = torch.as_tensor(test.images).to(device)  # [T, H, W, 3]
+        self.label = f"nerf {c.grid.backend}"
+
+        torch.manual_seed(c.seed)
+        n = c.nerf
+        self.model = VoxelNeRF(
+            c.grid.bounds,
+            resolution or as_resolution(c.grid.resolution, "grid.resolution"),
+            final_resolution(c),
+            color_features=n.color_features,
+            hidden=n.hidden,
+            view_frequencies=n.view_frequencies,
+            step_ratio=n.step_ratio,
+            alpha_init=n.alpha_init,
+            occupancy_threshold=n.occupancy_threshold,
+            weight_threshold=n.weight_threshold,
+            backend=c.grid.backend,
+            device=device,
+        )
+        self.optimizer = self.make_optimizer()
+        self.occupied = 1.0
+        self.samples = 0  # samples that reached the density grid in the last step
+        self.renders: list[tuple[Tensor, Tensor]] = []  # last evaluation, for the pictures
+
+    # ---- optimisation ---------------------------------------------------------------------
+
+    def make_optimizer(self) -> torch.optim.Adam:
+        n, m = self.config.nerf, self.model
+        groups = [
+            {"params": [m.density.features], "lr": n.lr_density, "base_lr": n.lr_density},
+            {"params": [m.color.features], "lr": n.lr_color, "base_lr": n.lr_color},
+            {"params": list(m.mlp.parameters()), "lr": n.lr_mlp, "base_lr": n.lr_mlp},
+        ]
+        fused = self.device.type == "cuda"
+        return torch.optim.Adam(groups, betas=tuple(self.config.train.betas), fused=fused)
+
+    def decay(self, step: int) -> float:
+        return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
+
+    def learning_rate(self, step: int) -> float:
+        """The density grid's learning rate (the others follow the same decay)."""
+        return self.config.nerf.lr_density * self.decay(step)
+
+    def begin_step(self, step: int) -> None:
+        factor = self.decay(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * factor
+        n = self.config.nerf
+        if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
+            self.occupied = self.model.update_occupancy()
+
+    def upsample(self, resolution: tuple[int, int, int]) -> None:
+        if self.config.train.upsample_moments == "reset":
+            self.model.upsample(resolution)
+            self.optimizer = self.make_optimizer()
+        else:
+            self.model.upsample(resolution, self.optimizer)
+
+    def loss(self) -> tuple[Tensor, Tensor]:
+        """(loss, batch MSE): render `train.batch_size` random training rays."""
+        c = self.config
+        index = torch.randint(
+            self.colors.shape[0], (c.train.batch_size,), generator=self.gen, device=self.device
+        )
+        out = self.model.render(self.rays_o[index], self.rays_d[index], self.background)
+        self.samples = out["samples"]
+        mse = (out["rgb"] - self.colors[index]).square().mean()
+        if c.train.tv_weight:
+            return mse + c.train.tv_weight * self.model.total_variation(), mse
+        return mse, mse
+
+    def batch_psnr(self, mse: float) -> float:
+        return psnr(mse, 1.0)
+
+    # ---- evaluation -----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self, train_seconds: float) -> dict[str, Any]:
+        """Mean over the test views of each image's MSE and PSNR (colours in [0, 1])."""
+        mses, self.renders = [], []
+        keep = self.config.output.picture_views
+        origins, directions = self.test_rays
+        for i in range(origins.shape[0]):
+            rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
+            mses.append((rgb.clamp(0, 1) - self.test_images[i]).double().square().mean().item())
+            if i < keep:
+                # depth of the surface: expected depth over opacity, where mostly opaque
+                surface = torch.where(acc > 0.5, depth / acc.clamp_min(1e-6), 0.0)
+                self.renders.append((rgb.cpu(), surface.cpu()))
+        return {
+            "mse": sum(mses) / len(mses),
+            "psnr": sum(psnr(m, 1.0) for m in mses) / len(mses),
+            "view_psnr": [psnr(m, 1.0) for m in mses],
+            "train_seconds": train_seconds,
+            "occupied": self.occupied,
+            "samples_per_ray": self.samples / self.config.train.batch_size,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"occupied": self.occupied}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.occupied = state.get("occupied", 1.0)
+
+    def summary(self, common: dict[str, Any]) -> dict[str, Any]:
+        c, m = self.config, self.model
+        quality = self.evaluate(common["train_seconds"])
+        records = common.get("records", [])
+        return {
+            "psnr": quality["psnr"],
+            "mse": quality["mse"],
+            "view_psnr": quality["view_psnr"],
+            "steps": common["steps"],
+            "seconds": common["seconds"],
+            "train_seconds": common["train_seconds"],
+            "rays_per_second": common["per_second"],
+            "steps_per_second": common["steps"] / max(common["train_seconds"], 1e-9),
+            "train_seconds_to_psnr": {
+                str(level): seconds_to(records, level) for level in (24, 27, 30)
+            },
+            "device": common["device"],
+            "backend": c.grid.backend,
+            "resolution": list(m.resolution),
+            "parameters": sum(p.numel() for p in m.parameters()),
+            "batch_size": c.train.batch_size,
+            "occupied": self.occupied,
+            "image_size": [self.test_views.height, self.test_views.width],
+            "train_views": int(self.train_views.c2w.shape[0]),
+            "test_views": int(self.test_views.c2w.shape[0]),
+            "scene": str(self.path),
+            "torch": common["torch"],
+            "grid_ops": common["grid_ops"],
+        }
+
+    def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
+        from .nerf_pictures import write_pictures
+
+        write_pictures(out, self, records, summary)
+
+
+def seconds_to(records: list[dict], level: float) -> float | None:
+    """Training seconds at the first evaluation whose test PSNR reached `level` (None: never)."""
+    for record in records:
+        if record["psnr"] >= level:
+            return record["train_seconds"]
+    return None

@@ -1,0 +1,366 @@
+"""The NeRF model: a DirectVoxGO-style radiance field built from two `VoxelGrid`s.
+
+An ordinary `nn.Module` you can copy into your own code (it needs only torch and grid):
+
+    model = VoxelNeRF(bounds, resolution=160, final_resolution=160)
+    rgb, depth, acc = model.render(origins, directions, background)  # [R, 3], [R], [R]
+
+* density: a `[X, Y, Z, 1]` grid, post-activation: interpolate the raw value, then
+  `sigma = softplus(raw + shift)`, `alpha = 1 - exp(-sigma * interval)`;
+* colour: a `[X, Y, Z, k]` feature grid (k about 12) and a small MLP that also reads the
+  positionally encoded view direction, `rgb = sigmoid(mlp([features, PE(d)]))`;
+* rendering: samples at a fixed step (`step_ratio` voxels, default half a voxel) along each
+  ray inside the box only (a ray that misses the box gets no samples), composited front to
+  back. The samples are *packed*: one flat list `[S]` sorted by ray, with `ray_id [S]`, not a
+  padded `[rays, max samples]` tensor, so rays that cross little of the box cost little;
+* empty-space skipping: `occupancy` is a boolean grid refreshed from the density grid
+  during training (`update_occupancy`); samples in unoccupied cells never reach the grids or
+  the MLP, and samples whose compositing weight is below `weight_threshold` never reach the
+  colour grid or the MLP (DirectVoxGO's `fast_color_thres`).
+
+`backend="grid_sample"` swaps both grids for `ChannelsFirstGrid`, the same parameters stored
+`[1, F, Z, Y, X]` and sampled with `F.grid_sample` as DirectVoxGO does; everything else is
+identical, so the two can be compared step for step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from grid.voxel_grid import VoxelGrid
+
+BACKENDS = ("native", "grid_sample")
+
+
+class ChannelsFirstGrid(nn.Module):
+    """A `VoxelGrid` look-alike whose parameter is `[1, F, Z, Y, X]`, sampled by
+    `F.grid_sample` (bilinear, align_corners=True, zero padding): DirectVoxGO's DenseGrid.
+
+    Same init, `forward` ([..., 3] world points -> [..., F]), `total_variation` and
+    `upsample(resolution, optimizer)` as `VoxelGrid`.
+    """
+
+    def __init__(
+        self,
+        resolution: tuple[int, int, int],
+        features: int,
+        bounds: Sequence[Sequence[float]],
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        x, y, z = resolution
+        self.features = nn.Parameter(torch.zeros(1, features, z, y, x, device=device))
+        self.register_buffer("bounds", torch.tensor(bounds, dtype=torch.float32, device=device))
+
+    @property
+    def resolution(self) -> tuple[int, int, int]:
+        _, _, z, y, x = self.features.shape
+        return (x, y, z)
+
+    def normalize(self, xyz: Tensor) -> Tensor:
+        lo, hi = self.bounds[0], self.bounds[1]
+        return (xyz - lo) * (2.0 / (hi - lo)) - 1.0
+
+    def forward(self, xyz: Tensor) -> Tensor:
+        """xyz: [..., 3] world points -> [..., F]."""
+        shape = xyz.shape[:-1]
+        coords = self.normalize(xyz).reshape(1, 1, 1, -1, 3)
+        out = F.grid_sample(self.features, coords, mode="bilinear", align_corners=True)
+        return out.reshape(self.features.shape[1], -1).t().reshape(*shape, -1)  # [..., F]
+
+    def total_variation(self) -> Tensor:
+        f = self.features
+        dz = (f[:, :, 1:] - f[:, :, :-1]).square().mean()
+        dy = (f[:, :, :, 1:] - f[:, :, :, :-1]).square().mean()
+        dx = (f[..., 1:] - f[..., :-1]).square().mean()
+        return (dx + dy + dz) / 3
+
+    @torch.no_grad()
+    def upsample(self, resolution: tuple[int, int, int], optimizer=None) -> None:
+        """Trilinear resample to `resolution` (X, Y, Z); Adam moments resampled likewise."""
+        x, y, z = resolution
+        param = self.features
+
+        def resize(t: Tensor) -> Tensor:
+            out = F.interpolate(t, size=(z, y, x), mode="trilinear", align_corners=True)
+            return out.contiguous()
+
+        if optimizer is not None:
+            state = optimizer.state.get(param, {})
+            for key, value in state.items():
+                if isinstance(value, Tensor) and value.shape == param.shape:
+                    state[key] = (
+                        resize(value).clamp_(min=0) if key.endswith("_sq") else resize(value)
+                    )
+        new = resize(param.data)
+        # Drop autograd's cached gradient accumulator (see VoxelGrid.upsample).
+        param.data = torch.empty(0, dtype=torch.float64, device=param.device)
+        param.data = new
+        param.grad = None
+
+
+def make_grid(
+    backend: str,
+    resolution: tuple[int, int, int],
+    features: int,
+    bounds: Sequence[Sequence[float]],
+    device: torch.device | str | None,
+) -> nn.Module:
+    """A zero-initialised grid of `features` channels on the given backend."""
+    if backend == "native":
+        return VoxelGrid(resolution, features, bounds, init="zeros", device=device)
+    if backend == "grid_sample":
+        return ChannelsFirstGrid(resolution, features, bounds, device=device)
+    raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def positional_encoding(x: Tensor, frequencies: int) -> Tensor:
+    """x: [..., C] -> [..., C * (1 + 2 * frequencies)]: x, sin(2^k x), cos(2^k x)."""
+    scales = 2.0 ** torch.arange(frequencies, device=x.device, dtype=x.dtype)
+    xb = (x[..., None] * scales).flatten(-2)  # [..., C * frequencies]
+    return torch.cat([x, xb.sin(), xb.cos()], dim=-1)
+
+
+def ray_box(origins: Tensor, directions: Tensor, lo: Tensor, hi: Tensor, near: float):
+    """Slab test. origins, directions: [R, 3]; lo, hi: [3] -> t_near, t_far: [R]
+    (t_far <= t_near for a ray that misses the box)."""
+    inv = 1.0 / torch.where(directions == 0, torch.full_like(directions, 1e-10), directions)
+    t0, t1 = (lo - origins) * inv, (hi - origins) * inv
+    t_near = torch.minimum(t0, t1).amax(-1).clamp_min(near)
+    t_far = torch.maximum(t0, t1).amin(-1)
+    return t_near, t_far
+
+
+class VoxelNeRF(nn.Module):
+    """DirectVoxGO-style radiance field over the box `bounds`.
+
+    Args:
+        bounds: ((xmin, ymin, zmin), (xmax, ymax, zmax)) world box holding the scene.
+        resolution: starting voxels per axis (int or (X, Y, Z)), both grids.
+        final_resolution: voxels per axis at the end of coarse-to-fine; the density's
+            `interval` is measured in its voxels, so the density scale does not change
+            when the grid is upsampled.
+        color_features: channels of the colour grid.
+        hidden: width of the colour MLP (two hidden layers).
+        view_frequencies: positional-encoding frequencies of the view direction.
+        step_ratio: sample spacing along rays, in voxels of the current grid.
+        alpha_init: alpha of an untrained voxel (sets the density shift).
+        occupancy_threshold: cells whose alpha (and whose neighbours') is below it are
+            skipped once `update_occupancy` has run.
+        weight_threshold: samples with compositing weight below it skip the colour.
+        backend: "native" (VoxelGrid, grid.sample) or "grid_sample" (F.grid_sample).
+    """
+
+    occupancy: Tensor
+
+    def __init__(
+        self,
+        bounds: Sequence[Sequence[float]],
+        resolution: int | Sequence[int],
+        final_resolution: int | Sequence[int],
+        *,
+        color_features: int = 12,
+        hidden: int = 128,
+        view_frequencies: int = 4,
+        step_ratio: float = 0.5,
+        alpha_init: float = 1e-2,
+        occupancy_threshold: float = 1e-4,
+        weight_threshold: float = 1e-4,
+        backend: str = "native",
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        size = _triple(resolution)
+        final = _triple(final_resolution)
+        self.bounds_list = [list(map(float, b)) for b in bounds]
+        self.backend = backend
+        self.density = make_grid(backend, size, 1, bounds, device)
+        self.color = make_grid(backend, size, color_features, bounds, device)
+        self.view_frequencies = view_frequencies
+        view_dim = 3 * (1 + 2 * view_frequencies)
+        self.mlp = nn.Sequential(
+            nn.Linear(color_features + view_dim, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, 3),
+        ).to(device)
+        nn.init.zeros_(self.mlp[-1].bias)
+        self.step_ratio = step_ratio
+        self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
+        lo, hi = torch.tensor(bounds, dtype=torch.float32)
+        self.final_voxel = ((hi - lo) / (torch.tensor(final) - 1)).prod().item() ** (1 / 3)
+        self.occupancy_threshold = occupancy_threshold
+        self.weight_threshold = weight_threshold
+        self.register_buffer("occupancy", torch.ones(size, dtype=torch.bool, device=device))
+
+    # ---- geometry -------------------------------------------------------------------------
+
+    @property
+    def resolution(self) -> tuple[int, int, int]:
+        return self.density.resolution
+
+    def voxel_size(self) -> float:
+        """Geometric mean of the current voxel spacings (world units)."""
+        lo, hi = torch.tensor(self.bounds_list)
+        return ((hi - lo) / (torch.tensor(self.resolution) - 1)).prod().item() ** (1 / 3)
+
+    def step_size(self) -> float:
+        """World distance between consecutive samples along a ray."""
+        return self.step_ratio * self.voxel_size()
+
+    def interval(self) -> float:
+        """The sample step in voxels of the final grid: alpha = 1 - exp(-sigma * interval)."""
+        return self.step_size() / self.final_voxel
+
+    # ---- fields ---------------------------------------------------------------------------
+
+    def alpha(self, points: Tensor, interval: float) -> Tensor:
+        """points: [S, 3] -> alpha [S] (post-activation density)."""
+        raw = self.density(points)[..., 0]
+        return -torch.expm1(-F.softplus(raw + self.shift) * interval)
+
+    def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
+        """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
+        return torch.sigmoid(self.mlp(torch.cat([self.color(points), view_encoding], -1)))
+
+    @torch.no_grad()
+    def update_occupancy(self) -> float:
+        """Recompute `occupancy` from the density grid: a voxel is occupied when it or a
+        neighbour has alpha >= occupancy_threshold (the 3x3x3 max covers every cell that
+        touches the voxel, so a sample's eight corners are all checked). Returns the
+        occupied fraction."""
+        raw = self.density_values()  # [X, Y, Z]
+        alpha = -torch.expm1(-F.softplus(raw + self.shift) * self.interval())
+        dilated = F.max_pool3d(alpha[None, None], 3, stride=1, padding=1)[0, 0]
+        self.occupancy = dilated >= self.occupancy_threshold
+        return self.occupancy.float().mean().item()
+
+    def density_values(self) -> Tensor:
+        """The raw density grid as [X, Y, Z]."""
+        f = self.density.features
+        if isinstance(self.density, VoxelGrid):
+            return f[..., 0]
+        return f[0, 0].permute(2, 1, 0)
+
+    def occupied(self, points: Tensor) -> Tensor:
+        """points: [S, 3] inside the box -> [S] bool, the nearest voxel's occupancy."""
+        lo, hi = torch.tensor(self.bounds_list, device=points.device)
+        size = torch.tensor(self.resolution, device=points.device)
+        index = ((points - lo) / (hi - lo) * (size - 1)).round().long()
+        index = torch.minimum(index.clamp_min(0), size - 1)
+        x, y, z = index.unbind(-1)
+        return self.occupancy[x, y, z]
+
+    @torch.no_grad()
+    def upsample(self, resolution: int | Sequence[int], optimizer=None) -> None:
+        """Both grids to `resolution`, carrying the optimiser's moments; occupancy
+        resampled (nearest, then dilated) so skipping stays conservative."""
+        size = _triple(resolution)
+        self.density.upsample(size, optimizer)
+        self.color.upsample(size, optimizer)
+        occ = self.occupancy.float()[None, None]
+        occ = F.max_pool3d(occ, 3, stride=1, padding=1)
+        self.occupancy = F.interpolate(occ, size=size, mode="nearest")[0, 0] > 0
+
+    def total_variation(self) -> Tensor:
+        """Total variation of the density grid."""
+        return self.density.total_variation()
+
+    # ---- rendering ------------------------------------------------------------------------
+
+    def render(
+        self, origins: Tensor, directions: Tensor, background: Tensor, *, near: float = 0.0
+    ) -> dict[str, Tensor]:
+        """Volume-render rays.
+
+        Args:
+            origins, directions: [R, 3] world rays (directions of unit length).
+            background: [3] colour behind the scene.
+            near: no samples before this distance.
+
+        Returns:
+            dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
+            acc [R] (opacity), samples (number of samples that reached the density grid).
+        """
+        n_rays = origins.shape[0]
+        device = origins.device
+        lo, hi = torch.tensor(self.bounds_list, device=device)
+        step = self.step_size()
+        t_near, t_far = ray_box(origins, directions, lo, hi, near)
+        counts = ((t_far - t_near) / step).ceil().clamp_min(0).long()  # [R], 0: misses
+        # Packed samples, sorted by ray: sample j of ray r at t_near[r] + (j + 0.5) * step.
+        ray_id = torch.repeat_interleave(torch.arange(n_rays, device=device), counts)  # [S]
+        first = torch.cumsum(counts, 0) - counts  # [R]
+        j = torch.arange(ray_id.shape[0], device=device) - first[ray_id]
+        t = t_near[ray_id] + (j + 0.5) * step  # [S]
+        points = origins[ray_id] + directions[ray_id] * t[:, None]  # [S, 3]
+
+        keep = self.occupied(points)  # empty space never reaches the grids
+        ray_id, t, points = ray_id[keep], t[keep], points[keep]
+        alpha = self.alpha(points, self.interval())  # [S']
+
+        weights = composite_weights(alpha, ray_id, n_rays)  # [S']
+        visible = weights > self.weight_threshold
+        ray_v, weights_v = ray_id[visible], weights[visible]
+        views = positional_encoding(directions, self.view_frequencies)  # [R, E]
+        rgb_samples = self.rgb(points[visible], views[ray_v])  # [S'', 3]
+
+        acc = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights)
+        rgb = torch.zeros(n_rays, 3, device=device).index_add(
+            0, ray_v, weights_v[:, None] * rgb_samples
+        )
+        rgb = rgb + (1.0 - acc)[:, None] * background
+        depth = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights * t)
+        return {"rgb": rgb, "depth": depth, "acc": acc, "samples": ray_id.shape[0]}
+
+    @torch.no_grad()
+    def render_image(
+        self, origins: Tensor, directions: Tensor, background: Tensor, chunk: int = 1 << 16
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W]
+        (rendered in chunks of rays)."""
+        shape = origins.shape[:-1]
+        o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
+        rgbs, depths, accs = [], [], []
+        for start in range(0, o.shape[0], chunk):
+            out = self.render(o[start : start + chunk], d[start : start + chunk], background)
+            rgbs.append(out["rgb"])
+            depths.append(out["depth"])
+            accs.append(out["acc"])
+        rgb = torch.cat(rgbs).reshape(*shape, 3)
+        return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
+
+
+def composite_weights(alpha: Tensor, ray_id: Tensor, n_rays: int) -> Tensor:
+    """Front-to-back compositing weights of packed samples.
+
+    alpha: [S] in [0, 1); ray_id: [S] non-decreasing. Returns w [S] with
+    `w_i = alpha_i * prod_{j < i, same ray} (1 - alpha_j)`.
+
+    The exclusive product is a segmented cumulative sum of log(1 - alpha), taken over the
+    whole packed list in float64 (the running total grows with the number of rays, float32
+    would lose the per-ray differences) and rebased at the first sample of each ray.
+    """
+    if alpha.shape[0] == 0:
+        return alpha
+    log_t = torch.log1p(-alpha.clamp(max=1 - 1e-6)).double()  # [S]
+    inclusive = torch.cumsum(log_t, 0)
+    exclusive = inclusive - log_t
+    counts = torch.bincount(ray_id, minlength=n_rays)
+    first = torch.cumsum(counts, 0) - counts  # [R] index of each ray's first sample
+    base = exclusive[first.clamp_max(exclusive.shape[0] - 1)]  # [R]
+    transmittance = torch.exp(exclusive - base[ray_id]).to(alpha.dtype)
+    return alpha * transmittance
+
+
+def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        return (value, value, value)
+    x, y, z = value
+    return (int(x), int(y), int(z))
