@@ -120,13 +120,14 @@ class Grid(nn.Module):
         self.features = nn.Parameter(torch.zeros(numel, device=device))
         self.register_buffer("weight", torch.randn(numel, device=device))
 
-    def forward(self) -> torch.Tensor:
-        return (self.features * self.weight).sum()
+    def forward(self, scale: torch.Tensor) -> torch.Tensor:
+        return (self.features * self.weight).sum() * scale
 
 
 def ddp_versus_all_reduce(world: World, device, numel: int, args) -> dict:
     """A2: backward + gradient averaging of one `numel` parameter, four ways."""
     model = Grid(numel, device)
+    one = torch.ones((), device=device)
     ids = [device.index] if device.type == "cuda" else None
     ddp = nn.parallel.DistributedDataParallel(Grid(numel, device), device_ids=ids)
     view = nn.parallel.DistributedDataParallel(
@@ -136,7 +137,7 @@ def ddp_versus_all_reduce(world: World, device, numel: int, args) -> dict:
     def plain(average: bool):
         def step() -> None:
             model.features.grad = None
-            model().backward()
+            model(one).backward()
             if average:
                 world.average_gradients([model.features])
 
@@ -145,7 +146,7 @@ def ddp_versus_all_reduce(world: World, device, numel: int, args) -> dict:
     def wrapped(module):
         def step() -> None:
             module.zero_grad(set_to_none=True)
-            module().backward()
+            module(one).backward()
 
         return step
 

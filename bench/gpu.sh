@@ -19,7 +19,9 @@
 # MULTI_CONFIGS picks the configs (default: density_256 nerf_scene_gpu). Writes to $OUT:
 # multi.log (all output), allreduce.json/.md, multi.json (summaries, metrics, the table's
 # numbers) and multi.md (the table: steps/s, speed-up, scaling efficiency, the
-# all-reduce's share of the 2-GPU step at the final resolution).
+# all-reduce's share of the 2-GPU step at the final resolution). Before the runs,
+# bench/multi_step.py times one density_256 step at 256^3 (host vs wall) on 1 and 2
+# processes for each of PROBE_BATCHES (default 1048576 4194304; PROBE_BATCHES= skips it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -105,6 +107,17 @@ if [ "$what" = multi ]; then
   python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_allreduce.py \
     --json "$OUT/allreduce.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
   cat "$OUT/allreduce.md" 2>/dev/null
+  # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes
+  for batch in ${PROBE_BATCHES-1048576 4194304}; do
+    for n in 1 1t 2; do  # 1t: one process with one CPU thread, as torchrun sets for 2
+      launch="python3"
+      [ "$n" = 1t ] && launch="env OMP_NUM_THREADS=1 python3"
+      [ "$n" = 2 ] && launch="python3 -m torch.distributed.run --standalone --nproc_per_node=$n"
+      # shellcheck disable=SC2086  # launch is a word list
+      $launch bench/multi_step.py --batch-size "$batch" --json "$runs/step-$batch-$n.json" \
+        ${PROBE_ARGS:-} 2>&1 | grep -v "^\*\*\*\|OMP_NUM_THREADS" | tee -a "$OUT/multi.log" | tail -n 1
+    done
+  done
   for config in ${MULTI_CONFIGS:-density_256 nerf_scene_gpu}; do
     extra=$([ "$config" = density_256 ] && echo "${DENSITY_SET:-}" || echo "${NERF_SET:-}")
     for n in 1 2; do

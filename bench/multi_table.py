@@ -69,6 +69,9 @@ def main(runs: Path, allreduce_json: Path, out_json: Path, out_md: Path) -> None
                 "psnr": s["psnr"],
                 "last_segment_from_step": segment[0] if segment else None,
                 "last_segment_ms_per_step": segment[1] if segment else None,
+                "records": [
+                    json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+                ],
             }
         if 1 in entry and 2 in entry:
             speedup = entry[2]["steps_per_second"] / entry[1]["steps_per_second"]
