@@ -38,7 +38,7 @@ from bench_ops import Ctx, attempt, fmt_ms, free_memory, timeit  # noqa: E402
 
 from train.config import load_config  # noqa: E402
 from train.loop import select_device  # noqa: E402
-from train.nerf import NerfExperiment  # noqa: E402
+from train.nerf import NerfExperiment, make_model  # noqa: E402
 from train.nerf_model import VoxelNeRF  # noqa: E402
 
 
@@ -69,21 +69,10 @@ def synced(fn, device: torch.device, warmup: int, reps: int) -> dict:
 
 def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
     """The same model (same parameters, occupancy, thresholds) on the grid_sample backend."""
-    n = config.nerf
-    other = VoxelNeRF(
-        native.bounds_list,
-        native.resolution,
-        native.resolution,
-        color_features=n.color_features,
-        hidden=n.hidden,
-        view_frequencies=n.view_frequencies,
-        step_ratio=n.step_ratio,
-        alpha_init=n.alpha_init,
-        occupancy_threshold=n.occupancy_threshold,
-        weight_threshold=native.weight_threshold,
-        backend="grid_sample",
-        device=native.occupancy.device,
-    )
+    device = native.occupancy.device
+    res = native.resolution
+    other = make_model(config, res, res, backend="grid_sample", device=device)
+    other.weight_threshold = native.weight_threshold
     other.final_voxel = native.final_voxel
     with torch.no_grad():
         for name in ("density", "color"):

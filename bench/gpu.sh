@@ -3,8 +3,8 @@
 # run the whole test suite (CUDA tests included), then the benchmarks. Logs, the benchmark
 # table and its JSON go to $OUT (default bench/results).
 #   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
-# TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f" picks the probes
-# run after the benchmark (default gather; PROBES= runs none).
+# TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f scatter" picks the
+# probes run after the benchmark (default gather; PROBES= runs none).
 #   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs...]
 # `nerf`: configs/nerf_scene_gpu.toml trained with both backends (the scene
 # is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
@@ -54,7 +54,8 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     | tail -n 60
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   # probes: gather = the S1 forward's bound (the same loads and stores without the cell
-  # computation); small_f = the small-F kernel variants on S5's rays
+  # computation); small_f = the small-F kernel variants on S5's rays; scatter = the S1 / S2
+  # backward's atomic scatter alone, in the points' order and sorted by cell
   for probe in ${PROBES-gather}; do
     python3 "bench/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
       | tee -a "$OUT/bench.log" | tail -n 40

@@ -45,7 +45,7 @@ CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 2
 #: Keys every readable checkpoint holds (besides "format" and "kind").
 CHECKPOINT_KEYS = (
-    *("step", "config", "model", "optimizer", "generator", "torch_rng"),
+    *("step", "config", "resolution", "model", "optimizer", "generator", "torch_rng"),
     *("seconds", "train_seconds", "loss_sum", "loss_count"),
 )
 RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units

@@ -35,6 +35,33 @@ def final_resolution(config: Config) -> tuple[int, int, int]:
     return as_resolution(last, "train.upsample_resolutions")
 
 
+def make_model(
+    config: Config,
+    resolution: tuple[int, int, int],
+    final: tuple[int, int, int],
+    *,
+    backend: str,
+    device: torch.device,
+) -> VoxelNeRF:
+    """The VoxelNeRF of `config.nerf` at `resolution`, sampling every `nerf.step_ratio`
+    voxels of the `final` grid, on `backend` ("native" or "grid_sample")."""
+    n = config.nerf
+    return VoxelNeRF(
+        config.grid.bounds,
+        resolution,
+        final,
+        color_features=n.color_features,
+        hidden=n.hidden,
+        view_frequencies=n.view_frequencies,
+        step_ratio=n.step_ratio,
+        alpha_init=n.alpha_init,
+        occupancy_threshold=n.occupancy_threshold,
+        weight_threshold=n.weight_threshold,
+        backend=backend,
+        device=device,
+    )
+
+
 def ensure_scene(config: Config, device: torch.device) -> Path:
     """`data.path`; with `data.generate`, first (re)generate the procedural scene there
     when its scene.json does not match `data.scene_*` or the generator's version."""
@@ -123,18 +150,10 @@ class NerfExperiment:
         self.label = f"nerf {c.grid.backend}"
 
         torch.manual_seed(c.seed)
-        n = c.nerf
-        self.model = VoxelNeRF(
-            c.grid.bounds,
+        self.model = make_model(
+            c,
             resolution or as_resolution(c.grid.resolution, "grid.resolution"),
             final_resolution(c),
-            color_features=n.color_features,
-            hidden=n.hidden,
-            view_frequencies=n.view_frequencies,
-            step_ratio=n.step_ratio,
-            alpha_init=n.alpha_init,
-            occupancy_threshold=n.occupancy_threshold,
-            weight_threshold=n.weight_threshold,
             backend=c.grid.backend,
             device=device,
         )

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from .pictures import plot_mse
+
 if TYPE_CHECKING:
     from .nerf import NerfExperiment
 
@@ -78,16 +80,7 @@ def write_curves(
     """MSE (training batches, test views) against steps; test PSNR against training time."""
     fig = Figure(figsize=(13, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2)
-    steps = [r["step"] for r in records]
-    starts = [0, *steps[:-1]]
-    left.semilogy(
-        [x for a, b in zip(starts, steps, strict=True) for x in (a, b)],
-        [r["train_mse"] for r in records for _ in range(2)],
-        "-",
-        label="training rays (mean over each interval)",
-    )
-    left.semilogy(steps, [r["mse"] for r in records], "s-", ms=3, label="test views")
-    left.set(xlabel="step", ylabel="MSE", title="loss (mean squared error of colours)")
+    plot_mse(left, records, "training rays", "test views", "loss (mean squared error of colours)")
     for step in exp.config.train.upsample_steps:
         left.axvline(step, color="gray", linestyle=":", linewidth=1)
     left.legend(loc="upper right")

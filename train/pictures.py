@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from grid.voxel_grid import VoxelGrid
@@ -102,6 +103,23 @@ def write_slices(
     fig.savefig(path, dpi=90)
 
 
+def plot_mse(
+    ax: Axes, records: list[dict[str, Any]], train: str, held_out: str, title: str
+) -> None:
+    """Training MSE (`train_mse`, a mean over the steps since the previous evaluation, drawn
+    as a staircase over that window) and evaluated MSE (`mse`) against steps, log scale."""
+    steps = [r["step"] for r in records]
+    starts = [0, *steps[:-1]]
+    ax.semilogy(
+        [x for a, b in zip(starts, steps, strict=True) for x in (a, b)],
+        [r["train_mse"] for r in records for _ in range(2)],
+        "-",
+        label=f"{train} (mean over each interval)",
+    )
+    ax.semilogy(steps, [r["mse"] for r in records], "s-", ms=3, label=held_out)
+    ax.set(xlabel="step", ylabel="MSE", title=title)
+
+
 def write_curves(
     path: Path, config: Config, records: list[dict[str, Any]], summary: dict[str, Any]
 ) -> None:
@@ -109,17 +127,7 @@ def write_curves(
     fig = Figure(figsize=(13, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2)
     steps = [r["step"] for r in records]
-    # The training MSE is a mean over the steps since the previous evaluation: draw it as
-    # a staircase over that window.
-    starts = [0, *steps[:-1]]
-    left.semilogy(
-        [x for a, b in zip(starts, steps, strict=True) for x in (a, b)],
-        [r["train_mse"] for r in records for _ in range(2)],
-        "-",
-        label="training batches (mean over each interval)",
-    )
-    left.semilogy(steps, [r["mse"] for r in records], "s-", ms=3, label="held-out points")
-    left.set(xlabel="step", ylabel="MSE", title="loss (mean squared error)")
+    plot_mse(left, records, "training batches", "held-out points", "loss (mean squared error)")
     right.plot(steps, [r["psnr"] for r in records], "o-", ms=3, color="C2")
     right.set(xlabel="step", ylabel="PSNR (dB)", title="held-out PSNR")
     for ax in (left, right):
