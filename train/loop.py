@@ -191,6 +191,10 @@ def run(
 ) -> dict[str, Any] | None:
     """Train the configured experiment; write the run directory.
 
+    Under torchrun (after `distributed.start()`, as `python -m train` does) every rank
+    calls this: each trains on its share of every batch, gradients are averaged, and
+    rank 0 alone writes the run directory (see train/distributed.py).
+
     Args:
         config: a validated config (`load_config`).
         out_dir: the run directory (created if needed). A new run refuses a
