@@ -10,6 +10,18 @@
 # is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
 # checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
 # metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
+#   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
+# `multi` (a host with 2 GPUs): bench/bench_allreduce.py over 2 ranks (the gradient
+# averaging alone, DDP against all_reduce), then configs/density_256.toml and
+# configs/nerf_scene_gpu.toml trained by 1 process (python -m train) and by 2
+# (torchrun --standalone --nproc_per_node=2 -m train), pictures off. DENSITY_SET / NERF_SET
+# add --set arguments to one config's runs (e.g. NERF_SET="--set train.steps=2000"),
+# MULTI_CONFIGS picks the configs (default: density_256 nerf_scene_gpu). Writes to $OUT:
+# multi.log (all output), allreduce.json/.md, multi.json (summaries, metrics, the table's
+# numbers) and multi.md (the table: steps/s, speed-up, scaling efficiency, the
+# all-reduce's share of the 2-GPU step at the final resolution). Before the runs,
+# bench/multi_step.py times one density_256 step at 256^3 (host vs wall) on 1 and 2
+# processes for each of PROBE_BATCHES (default 1048576 4194304; PROBE_BATCHES= skips it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -82,5 +94,47 @@ for d in sorted(p for p in runs.iterdir() if p.is_dir()):
 out.write_text(json.dumps(result, indent=2))
 PY
   for f in test_views.png curves.png turntable.gif; do cp "$runs/native/$f" "$OUT/" 2>/dev/null; done
+fi
+if [ "$what" = multi ]; then
+  runs=${MULTI_RUNS:-/tmp/multi_runs}
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  : >"$OUT/multi.log"
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  echo "GPUs: $gpus" | tee -a "$OUT/multi.log"
+  [ "$gpus" -ge 2 ] || echo "multi: needs 2 GPUs, found $gpus" | tee -a "$OUT/multi.log"
+  nvidia-smi topo -m 2>&1 | tee -a "$OUT/multi.log"
+  # shellcheck disable=SC2086  # ALLREDUCE_ARGS is a word list
+  python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_allreduce.py \
+    --json "$OUT/allreduce.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
+  cat "$OUT/allreduce.md" 2>/dev/null
+  # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes
+  for batch in ${PROBE_BATCHES-1048576 4194304}; do
+    for n in 1 1t 2; do  # 1t: one process with one CPU thread, as torchrun sets for 2
+      launch="python3"
+      [ "$n" = 1t ] && launch="env OMP_NUM_THREADS=1 python3"
+      [ "$n" = 2 ] && launch="python3 -m torch.distributed.run --standalone --nproc_per_node=$n"
+      # shellcheck disable=SC2086  # launch is a word list
+      $launch bench/multi_step.py --batch-size "$batch" --json "$runs/step-$batch-$n.json" \
+        ${PROBE_ARGS:-} 2>&1 | grep -v "^\*\*\*\|OMP_NUM_THREADS" | tee -a "$OUT/multi.log" | tail -n 1
+    done
+  done
+  for config in ${MULTI_CONFIGS:-density_256 nerf_scene_gpu}; do
+    extra=$([ "$config" = density_256 ] && echo "${DENSITY_SET:-}" || echo "${NERF_SET:-}")
+    for n in 1 2; do
+      launch="python3 -m train"
+      [ "$n" = 1 ] || launch="python3 -m torch.distributed.run --standalone --nproc_per_node=$n -m train"
+      start=$(date +%s)
+      # shellcheck disable=SC2086  # launch and extra are word lists
+      $launch --config "configs/$config.toml" --out "$runs/$config-$n" \
+        --set output.pictures=false --set output.progress=false $extra "$@" \
+        >"$runs/$config-$n.json" 2>>"$OUT/multi.log" || status=1
+      echo "$config, $n process(es): $(($(date +%s) - start)) s for the whole command" \
+        | tee -a "$OUT/multi.log"
+    done
+    python3 bench/multi_table.py "$runs" "$OUT/allreduce.json" "$OUT/multi.json" \
+      "$OUT/multi.md" >>"$OUT/multi.log" 2>&1 || status=1
+    cat "$OUT/multi.md"
+  done
 fi
 exit $status

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
 
 from .config import load_config
 from .dependencies import check_dependencies
+from .distributed import World
 from .errors import ConfigError
 from .rundir import check_run_dir
 
@@ -69,20 +72,51 @@ def _check_resume_args(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run. Every ConfigError (a bad key or option, an unusable
     file, a run directory that holds a run, a missing optional package) prints one
-    line and returns 2, before any training."""
-    args = _parser().parse_args(argv)
-    try:
-        if args.resume:
-            _check_resume_args(args)
-        out = args.out or Path("runs") / (args.config.stem if args.config else "default")
-        check_run_dir(out, resume=args.resume, overwrite=args.overwrite)
-        if args.resume:
-            from .loop import resume_config  # imports grid (may compile on first use)
+    line and returns 2, before any training.
 
-            config = resume_config(out, args.set)
-        else:
-            config = load_config(args.config, args.set)
-        check_dependencies(config)
+    Under torchrun (WORLD_SIZE in the environment) every rank runs this; they join the
+    process group first, agree on any error (rank 0 prints it, every rank returns 2),
+    and rank 0 alone writes and prints (see train/distributed.py)."""
+    from . import distributed
+
+    try:
+        rank = distributed.from_env().rank
+    except ConfigError as error:
+        print(f"grid-train: {error.label}: {error}", file=sys.stderr)
+        return 2
+    if rank == 0:
+        args = _parser().parse_args(argv)
+    else:  # every rank fails alike on bad arguments; rank 0 says why
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = _parser().parse_args(argv)
+    world = distributed.start()
+    in_step = False
+    try:
+        code = _run(args, world)
+        in_step = True  # every rank got here together (errors are agreed)
+        return code
+    finally:
+        distributed.stop(barrier=in_step)
+
+
+def _run(args: argparse.Namespace, world: World) -> int:
+    try:
+        error = None
+        try:
+            if args.resume:
+                _check_resume_args(args)
+            out = args.out or Path("runs") / (args.config.stem if args.config else "default")
+            check_run_dir(out, resume=args.resume, overwrite=args.overwrite)
+            if args.resume:
+                from .loop import resume_config  # imports grid (may compile on first use)
+
+                config = resume_config(out, args.set)
+            else:
+                config = load_config(args.config, args.set)
+            check_dependencies(config)
+        except ConfigError as caught:
+            error = caught
+        world.agree(error)
 
         from .loop import run
 
@@ -90,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             config, out, resume=args.resume, overwrite=args.overwrite, stop_at=args.stop_at
         )
     except ConfigError as error:
-        print(f"grid-train: {error.label}: {error}", file=sys.stderr)
+        if world.is_main:
+            print(f"grid-train: {error.label}: {error}", file=sys.stderr)
         return 2
-    if summary is not None:
+    if summary is not None and world.is_main:
         print(json.dumps(summary, indent=2))
         print(f"wrote {out}/", file=sys.stderr)
     return 0

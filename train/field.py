@@ -16,6 +16,7 @@ from torch import Tensor
 from grid.voxel_grid import VoxelGrid
 
 from .config import Config, as_resolution
+from .distributed import SINGLE, World
 from .metrics import psnr
 from .targets import Target, make_target
 
@@ -28,14 +29,26 @@ def uniform_points(n: int, lo: Tensor, hi: Tensor, gen: torch.Generator) -> Tens
 
 
 def draw_batch(
-    config: Config, target: Target, lo: Tensor, hi: Tensor, gen: torch.Generator
+    config: Config,
+    target: Target,
+    lo: Tensor,
+    hi: Tensor,
+    gen: torch.Generator,
+    rows: slice | None = None,
 ) -> Tensor:
-    """[batch_size, 3] training points: uniform, plus a near-surface share for SDFs."""
+    """[batch_size, 3] training points: uniform, plus a near-surface share for SDFs.
+
+    rows: keep only these rows of the batch (a rank's share under torchrun); the random
+    numbers of the whole batch are drawn all the same, so `gen` advances identically on
+    every rank, and only the kept near-surface points are projected onto the surface.
+    """
     n = config.train.batch_size
     near = round(n * config.train.surface_fraction)
-    points = uniform_points(n - near, lo, hi, gen)
+    rows = rows or slice(0, n)
+    points = uniform_points(n - near, lo, hi, gen)[rows]
     if near:
-        surface = target.surface_points(near, config.train.surface_std, lo, hi, gen)
+        keep = slice(max(rows.start - (n - near), 0), max(rows.stop - (n - near), 0))
+        surface = target.surface_points(near, config.train.surface_std, lo, hi, gen, keep)
         points = torch.cat([points, surface])
     return points
 
@@ -53,13 +66,24 @@ def make_optimizer(model: VoxelGrid, config: Config) -> torch.optim.Adam:
 
 
 @torch.no_grad()
-def evaluate(model: VoxelGrid, points: Tensor, values: Tensor) -> float:
-    """Mean squared error over the held-out points (points: [N, 3], values: [N])."""
+def squared_error(model: VoxelGrid, points: Tensor, values: Tensor) -> float:
+    """Sum of squared errors over the points (points: [N, 3], values: [N]), in float64."""
     total = 0.0
     for start in range(0, points.shape[0], EVAL_CHUNK):
         pred = model(points[start : start + EVAL_CHUNK])[..., 0].float()
         total += (pred - values[start : start + EVAL_CHUNK]).double().square().sum().item()
-    return total / points.shape[0]
+    return total
+
+
+def evaluate(model: VoxelGrid, points: Tensor, values: Tensor, world: World = SINGLE) -> float:
+    """Mean squared error over the held-out points (points: [N, 3], values: [N]); under
+    torchrun each rank takes a share of the points and the sums are added up."""
+    n = points.shape[0]
+    if world.size == 1:
+        return squared_error(model, points, values) / n
+    mine = world.split(n)
+    total = squared_error(model, points[mine.start : mine.stop], values[mine.start : mine.stop])
+    return world.all_sum(torch.tensor(total, dtype=torch.float64, device=points.device)).item() / n
 
 
 class FieldExperiment:
@@ -74,9 +98,12 @@ class FieldExperiment:
         device: torch.device,
         gen: torch.Generator,
         resolution: tuple[int, int, int] | None,
+        world: World = SINGLE,
     ) -> None:
         c = self.config = config
-        self.gen = gen
+        self.gen, self.world = gen, world
+        # this rank's rows of every batch (all of them in a single process)
+        self.rows = world.share(c.train.batch_size)
         self.lo, self.hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
         self.target = make_target(c.target, c.grid.bounds).to(device)
         self.label = c.target.kind
@@ -120,7 +147,7 @@ class FieldExperiment:
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss to minimise, MSE of the batch) for one step."""
         c = self.config
-        points = draw_batch(c, self.target, self.lo, self.hi, self.gen)  # [B, 3]
+        points = draw_batch(c, self.target, self.lo, self.hi, self.gen, self.rows)  # [B/N, 3]
         with torch.no_grad():
             values = self.target(points)  # [B]
         mse = (self.model(points)[..., 0] - values).square().mean()
@@ -131,7 +158,7 @@ class FieldExperiment:
         return psnr(mse, self.value_range)
 
     def evaluate(self, train_seconds: float) -> dict[str, Any]:
-        held_out = evaluate(self.model, self.eval_points, self.eval_values)
+        held_out = evaluate(self.model, self.eval_points, self.eval_values, self.world)
         return {"mse": held_out, "psnr": psnr(held_out, self.value_range)}
 
     def state_dict(self) -> dict[str, Any]:
@@ -155,6 +182,7 @@ class FieldExperiment:
             "resolution": list(self.model.resolution),
             "parameters": self.model.features.numel(),
             "batch_size": c.train.batch_size,
+            "processes": common["processes"],
             "value_range": self.value_range,
             "held_out_points": c.eval.points,
             "torch": common["torch"],

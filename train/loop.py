@@ -31,8 +31,10 @@ from tqdm import tqdm
 
 import grid
 
+from . import distributed
 from .config import Config, as_resolution, load_config, to_dict, to_toml
 from .dependencies import check_dependencies
+from .distributed import World
 from .errors import ConfigError, InputFileError, read_input
 from .metrics import MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
@@ -150,15 +152,33 @@ def make_experiment(
     device: torch.device,
     gen: torch.Generator,
     resolution: tuple[int, int, int] | None,
+    world: World = distributed.SINGLE,
 ) -> Experiment:
-    """The experiment module `config.experiment` names (imported on first use)."""
+    """The experiment module `config.experiment` names (imported on first use); under
+    torchrun it trains on this rank's share of each batch (`world`)."""
     if config.experiment == "nerf":
         from .nerf import NerfExperiment
 
-        return NerfExperiment(config, device, gen, resolution)
+        return NerfExperiment(config, device, gen, resolution, world)
     from .field import FieldExperiment
 
-    return FieldExperiment(config, device, gen, resolution)
+    return FieldExperiment(config, device, gen, resolution, world)
+
+
+def _load_state(
+    out: Path, checkpoint: dict[str, Any], exp: Experiment, gen: torch.Generator
+) -> None:
+    """Load a checkpoint's model, optimiser, experiment and RNG states (InputFileError
+    naming the file when they do not fit this run)."""
+    try:
+        exp.model.load_state_dict(checkpoint["model"])
+        exp.optimizer.load_state_dict(checkpoint["optimizer"])
+        exp.load_state_dict(checkpoint.get("experiment", {}))
+        gen.set_state(checkpoint["generator"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+    except (RuntimeError, ValueError, TypeError, KeyError) as error:
+        problem = " ".join(str(error).split())  # one line
+        raise InputFileError(out / CHECKPOINT, f"does not fit this run ({problem})") from None
 
 
 def run(
@@ -170,6 +190,10 @@ def run(
     stop_at: int | None = None,
 ) -> dict[str, Any] | None:
     """Train the configured experiment; write the run directory.
+
+    Under torchrun (after `distributed.start()`, as `python -m train` does) every rank
+    calls this: each trains on its share of every batch, gradients are averaged, and
+    rank 0 alone writes the run directory (see train/distributed.py).
 
     Args:
         config: a validated config (`load_config`).
@@ -187,39 +211,55 @@ def run(
     """
     c = config
     out = Path(out_dir)
-    check_dependencies(c)
-    check_run_dir(out, resume=resume, overwrite=overwrite)
-    device = select_device(c.device)
+    world = distributed.world()
     schedule = dict(zip(c.train.upsample_steps, c.train.upsample_resolutions, strict=True))
-    gen = torch.Generator(device=device).manual_seed(c.seed)
     log = MetricsLog(out / "metrics.jsonl")
     step, seconds, train_seconds = 0, 0.0, 0.0
-    loss_sum, loss_count = torch.zeros((), dtype=torch.float64, device=device), 0
-    checkpoint = load_checkpoint(out, c.experiment) if resume else None
-    resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
-    exp = make_experiment(c, device, gen, resolution)  # reads the target's or scene's files
-    # Only now that the input files are read: a failure leaves the old run intact.
-    prepare_run_dir(out, resume=resume, overwrite=overwrite)
-    model = exp.model
+    loss_count = 0
+    # Every rank reads the inputs and builds the experiment; an error on any rank stops
+    # all of them here, before rank 0 writes anything.
+    error = None
+    try:
+        check_dependencies(c)
+        check_run_dir(out, resume=resume, overwrite=overwrite)
+        device = world.device(select_device(c.device))
+        world.check_batch(c.train.batch_size, "rays" if c.experiment == "nerf" else "points")
+        gen = torch.Generator(device=device).manual_seed(c.seed)
+        checkpoint = load_checkpoint(out, c.experiment) if resume else None
+        resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
+        exp = make_experiment(c, device, gen, resolution, world)  # reads its input files
+        model = exp.model
+        if checkpoint is not None:
+            _load_state(out, checkpoint, exp, gen)
+    except ConfigError as caught:
+        if distributed.is_agreed(caught):
+            raise
+        error = caught
+    world.agree(error)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     if checkpoint is not None:
-        try:
-            model.load_state_dict(checkpoint["model"])
-            exp.optimizer.load_state_dict(checkpoint["optimizer"])
-            exp.load_state_dict(checkpoint.get("experiment", {}))
-            gen.set_state(checkpoint["generator"])
-            torch.set_rng_state(checkpoint["torch_rng"])
-        except (RuntimeError, ValueError, TypeError, KeyError) as error:
-            problem = " ".join(str(error).split())  # one line
-            raise InputFileError(out / CHECKPOINT, f"does not fit this run ({problem})") from None
         step, seconds = checkpoint["step"], checkpoint["seconds"]
         train_seconds = checkpoint["train_seconds"]
         loss_sum = checkpoint["loss_sum"].to(device)
         loss_count = checkpoint["loss_count"]
-        log.truncate_after(step)
-    else:
-        log.reset()
-        (out / "summary.json").unlink(missing_ok=True)
-    (out / "config.toml").write_text(to_toml(c))
+    # Ranks start identical (same seed, same checkpoint); rank 0's copy makes sure.
+    world.broadcast_(list(model.parameters()))
+
+    # Only now that every rank has read its input files: a failure leaves the old run
+    # intact. Rank 0 alone writes the run directory.
+    error = None
+    if world.is_main:
+        try:
+            prepare_run_dir(out, resume=resume, overwrite=overwrite)
+            if checkpoint is not None:
+                log.truncate_after(step)
+            else:
+                log.reset()
+                (out / "summary.json").unlink(missing_ok=True)
+            (out / "config.toml").write_text(to_toml(c))
+        except ConfigError as caught:
+            error = caught
+    world.agree(error)
 
     def state() -> dict[str, Any]:
         extra = exp.state_dict()
@@ -237,6 +277,7 @@ def run(
             "train_seconds": train_seconds,
             "loss_sum": loss_sum,
             "loss_count": loss_count,
+            "processes": world.size,  # informational: any number of processes resumes it
             **({"experiment": extra} if extra else {}),
         }
 
@@ -248,7 +289,7 @@ def run(
         initial=step,
         unit="step",
         desc=f"{exp.label} {'x'.join(map(str, model.resolution))}",
-        disable=not c.output.progress,
+        disable=not c.output.progress or not world.is_main,
         dynamic_ncols=True,
         file=sys.stderr,
     )
@@ -265,6 +306,8 @@ def run(
         loss, mse = exp.loss()
         exp.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if world.size > 1:  # the mean over the ranks' shares: the global batch's gradient
+            world.average_gradients([p for g in exp.optimizer.param_groups for p in g["params"]])
         exp.optimizer.step()
         loss_sum += mse.detach()
         loss_count += 1
@@ -291,6 +334,7 @@ def run(
             _sync(device)
             now = time.perf_counter()
             train_seconds += now - segment_start
+            world.mean_(loss_sum)  # each rank's sum of its shares' MSEs -> the batches'
         if is_eval:
             quality = exp.evaluate(train_seconds)
             record = {
@@ -302,10 +346,11 @@ def run(
                 "seconds": seconds + time.perf_counter() - session_start,
                 rate_key: step * batch / max(train_seconds, 1e-9),
             }
-            log.write(record)
+            if world.is_main:
+                log.write(record)
             loss_sum.zero_()
             loss_count = 0
-            if c.output.progress:
+            if c.output.progress and world.is_main:
                 bar.write(
                     f"step {step:>6}  {exp.eval_name} mse {quality['mse']:.3e}  "
                     f"psnr {quality['psnr']:6.2f} dB  res {'x'.join(map(str, model.resolution))}"
@@ -313,14 +358,16 @@ def run(
         if is_checkpoint:
             seconds += time.perf_counter() - session_start
             session_start = time.perf_counter()
-            save_checkpoint(out / CHECKPOINT, state())
+            if world.is_main:
+                save_checkpoint(out / CHECKPOINT, state())
         if is_eval or is_checkpoint:
             segment_start = time.perf_counter()
     bar.close()
     seconds += time.perf_counter() - session_start
 
     if step < steps:
-        print(f"stopped at step {step} of {steps}; continue with --resume", file=sys.stderr)
+        if world.is_main:
+            print(f"stopped at step {step} of {steps}; continue with --resume", file=sys.stderr)
         return None
 
     common = {
@@ -331,10 +378,12 @@ def run(
         "device": describe_device(device),
         "torch": torch.__version__,
         "grid_ops": grid._backend.source if hasattr(grid, "_backend") else "",
-        "records": log.read(),
+        "processes": world.size,
+        "records": log.read() if world.is_main else [],
     }
-    summary = exp.summary(common)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if c.output.pictures:
-        exp.write_pictures(out, log.read(), summary)
+    summary = exp.summary(common)  # every rank: its evaluation is split across them
+    if world.is_main:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if c.output.pictures:
+            exp.write_pictures(out, log.read(), summary)
     return summary

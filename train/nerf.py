@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from .config import Config, as_resolution
+from .distributed import SINGLE, World
 from .errors import ConfigError, InputFileError
 from .metrics import psnr
 from .nerf_model import VoxelNeRF
@@ -97,6 +98,19 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
         ) from None
 
 
+def ensure_scene_once(config: Config, device: torch.device, world: World) -> Path:
+    """`ensure_scene` on rank 0 first (it may write the scene), then on the other ranks,
+    which then find it in place; an error on rank 0 stops every rank."""
+    error, path = None, None
+    if world.is_main:
+        try:
+            path = ensure_scene(config, device)
+        except ConfigError as caught:
+            error = caught
+    world.agree(error)
+    return path if path is not None else ensure_scene(config, device)
+
+
 class NerfExperiment:
     """Train a VoxelNeRF on the scene of `config.data` (see the module docstring)."""
 
@@ -109,13 +123,15 @@ class NerfExperiment:
         device: torch.device,
         gen: torch.Generator,
         resolution: tuple[int, int, int] | None,
+        world: World = SINGLE,
     ) -> None:
         from .blender import DatasetError, camera_rays, load_blender
 
         c = self.config = config
-        self.device, self.gen = device, gen
+        self.device, self.gen, self.world = device, gen, world
+        self.rows = world.share(c.train.batch_size)  # this rank's rays of every batch
         d = c.data
-        self.path = ensure_scene(c, device)
+        self.path = ensure_scene_once(c, device, world)
         self.background = torch.tensor(d.background, dtype=torch.float32, device=device)
         options = dict(downscale=d.downscale, background=tuple(d.background))
         try:
@@ -185,7 +201,7 @@ class NerfExperiment:
         c = self.config
         index = torch.randint(
             self.colors.shape[0], (c.train.batch_size,), generator=self.gen, device=self.device
-        )
+        )[self.rows]  # the whole batch is drawn on every rank, each renders its share
         out = self.model.render(self.rays_o[index], self.rays_d[index], self.background)
         self.samples = out["samples"]
         mse = (out["rgb"] - self.colors[index]).square().mean()
@@ -200,24 +216,36 @@ class NerfExperiment:
 
     @torch.no_grad()
     def evaluate(self, train_seconds: float) -> dict[str, Any]:
-        """Mean over the test views of each image's MSE and PSNR (colours in [0, 1])."""
-        mses, self.renders = [], []
-        keep = self.config.output.picture_views
+        """Mean over the test views of each image's MSE and PSNR (colours in [0, 1]).
+
+        Under torchrun each rank renders a share of the views; the per-view MSEs and the
+        renders kept for the pictures are summed over the ranks (each view is filled in
+        by one rank, zeros elsewhere, so the sums are exact)."""
+        world, keep = self.world, self.config.output.picture_views
         origins, directions = self.test_rays
-        for i in range(origins.shape[0]):
+        views, height, width = origins.shape[:3]
+        mses = torch.zeros(views, dtype=torch.float64, device=self.device)
+        kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
+        for i in world.split(views):
             rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
-            mses.append((rgb.clamp(0, 1) - self.test_images[i]).double().square().mean().item())
+            mses[i] = (rgb.clamp(0, 1) - self.test_images[i]).double().square().mean()
             if i < keep:
                 # depth of the surface: expected depth over opacity, where mostly opaque
-                surface = torch.where(acc > 0.5, depth / acc.clamp_min(1e-6), 0.0)
-                self.renders.append((rgb.cpu(), surface.cpu()))
+                kept[i, ..., :3] = rgb
+                kept[i, ..., 3] = torch.where(acc > 0.5, depth / acc.clamp_min(1e-6), 0.0)
+        samples = torch.tensor([float(self.samples)], dtype=torch.float64, device=self.device)
+        if world.size > 1:
+            for t in (mses, kept, samples):
+                world.all_sum(t)
+        self.renders = [(k[..., :3].cpu(), k[..., 3].cpu()) for k in kept]
+        mses = mses.tolist()
         return {
             "mse": sum(mses) / len(mses),
             "psnr": sum(psnr(m, 1.0) for m in mses) / len(mses),
             "view_psnr": [psnr(m, 1.0) for m in mses],
             "train_seconds": train_seconds,
             "occupied": self.occupied,
-            "samples_per_ray": self.samples / self.config.train.batch_size,
+            "samples_per_ray": samples.item() / self.config.train.batch_size,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -247,6 +275,7 @@ class NerfExperiment:
             "resolution": list(m.resolution),
             "parameters": sum(p.numel() for p in m.parameters()),
             "batch_size": c.train.batch_size,
+            "processes": common["processes"],
             "occupied": self.occupied,
             "image_size": [self.test_views.height, self.test_views.width],
             "train_views": int(self.train_views.c2w.shape[0]),

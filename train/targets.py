@@ -32,21 +32,25 @@ class Target:
     def to(self, device: torch.device) -> Target:
         return self
 
-    def surface_points(self, n: int, std: float, lo: Tensor, hi: Tensor, gen) -> Tensor:
+    def surface_points(
+        self, n: int, std: float, lo: Tensor, hi: Tensor, gen, rows: slice | None = None
+    ) -> Tensor:
         """[n, 3] points near the zero level set (SDFs only), inside the box [lo, hi].
 
         Uniform points are projected onto the surface along the SDF gradient
         (`p - d(p) * grad d(p)`, exact for a true distance function), then moved by a
-        Gaussian offset of standard deviation `std`.
+        Gaussian offset of standard deviation `std`. `rows` keeps only those of the n
+        points (the random numbers of all n are drawn, so `gen` advances the same).
         """
-        u = torch.rand(n, 3, generator=gen, device=lo.device)
+        rows = rows or slice(0, n)
+        u = torch.rand(n, 3, generator=gen, device=lo.device)[rows]
         p = (lo + (hi - lo) * u).requires_grad_()
         with torch.enable_grad():
             d = self(p)
             (grad,) = torch.autograd.grad(d.sum(), p)
         grad = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         surface = torch.nan_to_num(p.detach() - d.detach()[:, None] * grad)  # NaN: a kink
-        noise = torch.randn(n, 1, generator=gen, device=lo.device) * std
+        noise = torch.randn(n, 1, generator=gen, device=lo.device)[rows] * std
         return torch.minimum(torch.maximum(surface + noise * grad, lo), hi)
 
 
