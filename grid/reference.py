@@ -68,9 +68,7 @@ def sample(
     if padding not in ("zeros", "border"):
         raise ValueError(f"padding: expected 'zeros' or 'border', got {padding!r}")
     if interpolation not in ("linear", "smoothstep"):
-        raise ValueError(
-            f"interpolation: expected 'linear' or 'smoothstep', got {interpolation!r}"
-        )
+        raise ValueError(f"interpolation: expected 'linear' or 'smoothstep', got {interpolation!r}")
     sizes = features.shape[:3]
     batch = points.shape[:-1]
     pts = points.reshape(-1, 3)
