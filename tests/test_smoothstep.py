@@ -8,7 +8,7 @@ import torch
 import grid
 from grid import reference
 
-from ._helpers import DEVICES, random_points
+from ._helpers import DEVICES, needs_cuda, random_points
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -106,3 +106,23 @@ def test_bad_interpolation(device):
         grid.sample(features, points, interpolation="cubic")
     with pytest.raises(ValueError, match="interpolation: expected 'linear' or 'smoothstep'"):
         reference.sample(features, points, True, "zeros", "cubic")
+
+
+@needs_cuda
+@pytest.mark.parametrize("channels", [1, 16])
+def test_deterministic_backward(channels):
+    """The atomic-free backward (deterministic mode) blends with the same smoothstep weights."""
+    gen = torch.Generator(device="cuda").manual_seed(channels)
+    features = torch.randn(9, 8, 7, channels, device="cuda", generator=gen)
+    points = random_points((4000,), "cuda", spread=1.1, generator=gen)
+    grad_out = torch.randn(4000, channels, device="cuda", generator=gen)
+    grads = []
+    for deterministic in (False, True):
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            f = features.clone().requires_grad_()
+            grid.sample(f, points, interpolation="smoothstep").backward(grad_out)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        grads.append(f.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-4)
