@@ -36,12 +36,11 @@ std::tuple<Tensor, Tensor> sample_backward_op(const Tensor& grad_out, const Tens
                                               c10::string_view padding,
                                               c10::string_view interpolation,
                                               std::array<bool, 2> mask) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("grid::sample_backward", "")
-          .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, bool,
-                                            c10::string_view, c10::string_view,
-                                            std::array<bool, 2>)>();
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::sample_backward", "")
+                             .typed<std::tuple<Tensor, Tensor>(
+                                 const Tensor&, const Tensor&, const Tensor&, bool,
+                                 c10::string_view, c10::string_view, std::array<bool, 2>)>();
   return op.call(grad_out, features, points, align_corners, padding, interpolation, mask);
 }
 
@@ -49,13 +48,12 @@ std::tuple<Tensor, Tensor, Tensor> sample_double_backward_op(
     const std::optional<Tensor>& grad_grad_features, const std::optional<Tensor>& grad_grad_points,
     const Tensor& grad_out, const Tensor& features, const Tensor& points, bool align_corners,
     c10::string_view padding, c10::string_view interpolation, std::array<bool, 3> mask) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("grid::sample_double_backward", "")
-          .typed<std::tuple<Tensor, Tensor, Tensor>(
-              const std::optional<Tensor>&, const std::optional<Tensor>&, const Tensor&,
-              const Tensor&, const Tensor&, bool, c10::string_view, c10::string_view,
-              std::array<bool, 3>)>();
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::sample_double_backward", "")
+                             .typed<std::tuple<Tensor, Tensor, Tensor>(
+                                 const std::optional<Tensor>&, const std::optional<Tensor>&,
+                                 const Tensor&, const Tensor&, const Tensor&, bool,
+                                 c10::string_view, c10::string_view, std::array<bool, 3>)>();
   return op.call(grad_grad_features, grad_grad_points, grad_out, features, points, align_corners,
                  padding, interpolation, mask);
 }
@@ -83,10 +81,9 @@ std::tuple<Tensor, Tensor, Tensor> trilinear_double_backward_op(
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("grid::trilinear_double_backward", "")
-          .typed<std::tuple<Tensor, Tensor, Tensor>(const std::optional<Tensor>&,
-                                                    const std::optional<Tensor>&, const Tensor&,
-                                                    const Tensor&, const Tensor&,
-                                                    std::array<bool, 3>)>();
+          .typed<std::tuple<Tensor, Tensor, Tensor>(
+              const std::optional<Tensor>&, const std::optional<Tensor>&, const Tensor&,
+              const Tensor&, const Tensor&, std::array<bool, 3>)>();
   return op.call(grad_grad_corners, grad_grad_local, grad_out, corners, local, mask);
 }
 
@@ -134,10 +131,9 @@ std::optional<Tensor> incoming(const Tensor& grad, bool computed) {
 }
 
 struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction> {
-  static variable_list forward(AutogradContext* ctx, const Tensor& grad_out,
-                               const Tensor& features, const Tensor& points, bool align_corners,
-                               c10::string_view padding, c10::string_view interpolation,
-                               std::array<bool, 2> mask) {
+  static variable_list forward(AutogradContext* ctx, const Tensor& grad_out, const Tensor& features,
+                               const Tensor& points, bool align_corners, c10::string_view padding,
+                               c10::string_view interpolation, std::array<bool, 2> mask) {
     ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (zero)
     ctx->save_for_backward({grad_out, features, points});
     ctx->saved_data["align_corners"] = align_corners;
@@ -154,8 +150,7 @@ struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction
   // grads: {[X, Y, Z, F] or undefined, [..., 3] or undefined}
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const std::optional<Tensor> gg_features =
-        incoming(grads[0], ctx->saved_data["mask0"].toBool());
+    const std::optional<Tensor> gg_features = incoming(grads[0], ctx->saved_data["mask0"].toBool());
     const std::optional<Tensor> gg_points = incoming(grads[1], ctx->saved_data["mask1"].toBool());
     const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                       ctx->needs_input_grad(2)};
@@ -223,9 +218,8 @@ std::tuple<Tensor, Tensor> sample_backward_autograd(const Tensor& grad_out, cons
     return sample_backward_op(grad_out, features, points, align_corners, padding, interpolation,
                               mask);
   }
-  const variable_list grads = SampleBackwardFunction::apply(grad_out, features, points,
-                                                            align_corners, padding, interpolation,
-                                                            mask);
+  const variable_list grads = SampleBackwardFunction::apply(
+      grad_out, features, points, align_corners, padding, interpolation, mask);
   return {grads[0], grads[1]};
 }
 

@@ -91,6 +91,31 @@ inline void check_incoming_grad(const char* op, const char* name,
               ", got ", grad->device());
 }
 
+// The inputs of a double backward op, checked and laid out for its kernels: contiguous rows,
+// so that one set of offsets addresses a value and its incoming gradient (no copies in the
+// usual case). An absent incoming gradient stays undefined (it counts as zero).
+struct DoubleBackwardInputs {
+  at::Tensor grad_out;   // [N, F]
+  at::Tensor value;      // features [X, Y, Z, F] / corners [N, 8, F]
+  at::Tensor coords;     // points / local [N, 3]
+  at::Tensor gg_value;   // like value, or undefined
+  at::Tensor gg_coords;  // like coords, or undefined
+};
+
+inline DoubleBackwardInputs double_backward_inputs(
+    const char* op, const std::optional<at::Tensor>& gg_value, const char* gg_value_name,
+    const std::optional<at::Tensor>& gg_coords, const char* gg_coords_name,
+    const at::Tensor& grad_out, const at::Tensor& value, const at::Tensor& coords,
+    at::IntArrayRef out_sizes) {
+  check_grad_out(op, grad_out, value, out_sizes);
+  check_incoming_grad(op, gg_value_name, gg_value, value);
+  check_incoming_grad(op, gg_coords_name, gg_coords, coords);
+  const int64_t F = value.size(-1);
+  return {grad_out.reshape({-1, F}).contiguous(), value.contiguous(),
+          coords.reshape({-1, 3}).contiguous(), gg_value ? gg_value->contiguous() : at::Tensor(),
+          gg_coords ? gg_coords->reshape({-1, 3}).contiguous() : at::Tensor()};
+}
+
 // A backward output the caller asked for, or an empty [0] placeholder for one it did not.
 inline at::Tensor masked_output(bool wanted, at::IntArrayRef sizes,
                                 const at::TensorOptions& options, bool zeroed = false) {

@@ -162,14 +162,12 @@ struct Cell {
 };
 
 template <typename acc_t, typename index_t = int64_t, typename point_t>
-GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& g,
-                                         Sampling mode) {
+GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& g, Sampling mode) {
   Cell<acc_t, index_t> c;
   bool outside = false;
 #pragma unroll
   for (int a = 0; a < 3; ++a) {
-    c.axis[a] =
-        locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], mode);
+    c.axis[a] = locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], mode);
     outside = outside || c.axis[a].outside;
   }
   corner_weights(c.axis[0].frac, c.axis[1].frac, c.axis[2].frac, c.weight);
@@ -226,14 +224,15 @@ GRID_HD CornerDerivatives<acc_t> corner_derivatives(int k, const acc_t (&t)[3],
 // the feature gradient at corner k and g the point's grad_out row:
 //   grad of grad_out[f]   = sum_k w_k G_k[f] + q_k V_k[f]
 //   grad of V_k[f]       += q_k g[f]
-//   grad of the point[b]  = sum_k d w_k / d p_b <g, G_k> + sum_a ggp_a d^2 w_k / d p_a d p_b <g, V_k>
+//   grad of the point[b]  = sum_k d w_k / d p_b <g, G_k> + sum_a ggp_a d^2 w_k / d p_a d p_b <g,
+//   V_k>
 // `inside` masks the corners that lie in the grid (the others read zeros).
 
 // w_k and q_k of the eight corners (0 outside).
 template <typename acc_t>
 GRID_HD void corner_weights_and_moves(const acc_t (&t)[3], const acc_t (&dt)[3],
-                                      const acc_t (&d2t)[3], const acc_t (&ggp)[3],
-                                      unsigned inside, acc_t (&w)[8], acc_t (&q)[8]) {
+                                      const acc_t (&d2t)[3], const acc_t (&ggp)[3], unsigned inside,
+                                      acc_t (&w)[8], acc_t (&q)[8]) {
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const CornerDerivatives<acc_t> c = corner_derivatives(k, t, dt, d2t);

@@ -15,9 +15,9 @@ class CellStream {
 
   // Prefetches corners of `grid` (strides of `shape`, or contiguous when `contiguous`) whose
   // (x, y) row lies in [row_begin, row_end); rows are x * Y + y.
-  CellStream(const point_t* points, const GridShape& shape, Sampling mode,
-             const scalar_t* grid, bool contiguous, int64_t begin, int64_t end,
-             int64_t row_begin = 0, int64_t row_end = INT64_MAX)
+  CellStream(const point_t* points, const GridShape& shape, Sampling mode, const scalar_t* grid,
+             bool contiguous, int64_t begin, int64_t end, int64_t row_begin = 0,
+             int64_t row_end = INT64_MAX)
       : points_(points),
         shape_(shape),
         mode_(mode),

@@ -7,8 +7,8 @@
 #include <tuple>
 
 #include "cell_stream.h"
-#include "corner_scatter.h"
 #include "checks.h"
+#include "corner_scatter.h"
 #include "dispatch.h"
 #include "trilinear_math.h"
 
@@ -22,8 +22,7 @@ void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts
   using acc_t = acc_type<scalar_t>;
   const int64_t F = shape.F;
   at::parallel_for(0, N, std::max<int64_t>(1, 4096 / F), [&](int64_t begin, int64_t end) {
-    CellStream<acc_t, point_t, scalar_t> cells(pts, shape, mode, feat, false,
-                                               begin, end);
+    CellStream<acc_t, point_t, scalar_t> cells(pts, shape, mode, feat, false, begin, end);
     for (int64_t n = begin; n < end; ++n) {
       const Cell<acc_t> cell = cells.get(n);
       acc_t dweight[3][8];
@@ -50,7 +49,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
     const at::Tensor& grad_out_in,  // [..., F]
     const at::Tensor& features_in,  // [X, Y, Z, F]
     const at::Tensor& points_in,    // [..., 3]
-    bool align_corners, c10::string_view padding, c10::string_view interpolation, std::array<bool, 2> output_mask) {
+    bool align_corners, c10::string_view padding, c10::string_view interpolation,
+    std::array<bool, 2> output_mask) {
   const Sampling mode =
       check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   check_grad_out("grid.sample_backward", grad_out_in, features_in,

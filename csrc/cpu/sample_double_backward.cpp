@@ -87,19 +87,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_double_backward_cpu(
     std::array<bool, 3> output_mask) {
   const Sampling mode =
       check_sample_args(features_in, points_in, align_corners, padding, interpolation);
-  const char* op = "grid.sample_double_backward";
-  check_grad_out(op, grad_out_in, features_in, sample_out_sizes(features_in, points_in));
-  check_incoming_grad(op, "grad_grad_features", grad_grad_features_in, features_in);
-  check_incoming_grad(op, "grad_grad_points", grad_grad_points_in, points_in);
-  // Contiguous, so that one set of corner offsets addresses the features and their incoming
-  // gradient (no copies in the usual case: both are contiguous already).
-  const at::Tensor features = features_in.contiguous();
-  const at::Tensor ggf =
-      grad_grad_features_in ? grad_grad_features_in->contiguous() : at::Tensor();  // [X, Y, Z, F]
-  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
-  const at::Tensor ggp =
-      grad_grad_points_in ? grad_grad_points_in->reshape({-1, 3}).contiguous() : at::Tensor();
-  const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
+  const DoubleBackwardInputs in = double_backward_inputs(
+      "grid.sample_double_backward", grad_grad_features_in, "grad_grad_features",
+      grad_grad_points_in, "grad_grad_points", grad_out_in, features_in, points_in,
+      sample_out_sizes(features_in, points_in));
+  const at::Tensor &features = in.value, &points = in.coords, &grad_out = in.grad_out;
+  const at::Tensor &ggf = in.gg_value, &ggp = in.gg_coords;
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
   const auto acc_dtype = features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

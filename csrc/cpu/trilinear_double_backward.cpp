@@ -22,16 +22,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> trilinear_double_backward_cpu(
     const at::Tensor& corners_in,                           // [N, 8, F]
     const at::Tensor& local_in,                             // [N, 3]
     std::array<bool, 3> output_mask) {
-  const char* op = "grid.trilinear_double_backward";
   check_trilinear_args(corners_in, local_in);
-  check_grad_out(op, grad_out_in, corners_in, {corners_in.size(0), corners_in.size(2)});
-  check_incoming_grad(op, "grad_grad_corners", grad_grad_corners_in, corners_in);
-  check_incoming_grad(op, "grad_grad_local", grad_grad_local_in, local_in);
-  const at::Tensor grad_out = grad_out_in.contiguous();
-  const at::Tensor corners = corners_in.contiguous();
-  const at::Tensor local = local_in.contiguous();
-  const at::Tensor ggc = grad_grad_corners_in ? grad_grad_corners_in->contiguous() : at::Tensor();
-  const at::Tensor ggl = grad_grad_local_in ? grad_grad_local_in->contiguous() : at::Tensor();
+  const DoubleBackwardInputs in = double_backward_inputs(
+      "grid.trilinear_double_backward", grad_grad_corners_in, "grad_grad_corners",
+      grad_grad_local_in, "grad_grad_local", grad_out_in, corners_in, local_in,
+      {corners_in.size(0), corners_in.size(2)});
+  const at::Tensor &corners = in.value, &local = in.coords, &grad_out = in.grad_out;
+  const at::Tensor &ggc = in.gg_value, &ggl = in.gg_coords;
   const int64_t N = corners.size(0), F = corners.size(2);
   at::Tensor ggo = masked_output(output_mask[0], grad_out.sizes(), corners.options());  // [N, F]
   at::Tensor grad_corners = masked_output(output_mask[1], corners.sizes(), corners.options(),

@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   if (n >= N) return;  // whole groups: the last block holds only whole points
   const int lane = i & ((1 << glog) - 1);
   const int dz = lane >> plog;
-  const Cell<acc_t, index_t> cell =
-      locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
+  const Cell<acc_t, index_t> cell = locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
   const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
   // This side's z weight, placed where corner_weight_grad reads the z = 0 side (indexing wz by
   // the run-time dz would put the arrays in local memory); the z derivative flips on side 1.
@@ -121,7 +120,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
     const at::Tensor& grad_out_in,  // [..., F]
     const at::Tensor& features_in,  // [X, Y, Z, F]
     const at::Tensor& points_in,    // [..., 3]
-    bool align_corners, c10::string_view padding, c10::string_view interpolation, std::array<bool, 2> output_mask) {
+    bool align_corners, c10::string_view padding, c10::string_view interpolation,
+    std::array<bool, 2> output_mask) {
   const Sampling mode =
       check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   check_grad_out("grid.sample_backward", grad_out_in, features_in,
@@ -137,10 +137,10 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
-  at::Tensor grad_features = deterministic ? sample_grad_features_deterministic(
-                                                 grad_out, features, points, mode)
-                                           : masked_output(want_features, features.sizes(),
-                                                           features.options());  // [X, Y, Z, F]
+  at::Tensor grad_features =
+      deterministic ? sample_grad_features_deterministic(grad_out, features, points, mode)
+                    : masked_output(want_features, features.sizes(),
+                                    features.options());  // [X, Y, Z, F]
   at::Tensor grad_points =
       masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
   const auto stream = c10::cuda::getCurrentCUDAStream();

@@ -38,8 +38,7 @@ __global__ void cell_keys_kernel(const point_t* __restrict__ points,  // [N, 3]
   const index_t n = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
   if (n >= N) return;
   index[n] = n;
-  const Cell<acc_t, index_t> cell =
-      locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
+  const Cell<acc_t, index_t> cell = locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
   const index_t Y1 = shape.size[1] + 1, Z1 = shape.size[2] + 1;
   keys[n] = cell.any ? ((cell.axis[0].i0 + 1) * Y1 + cell.axis[1].i0 + 1) * Z1 + cell.axis[2].i0 + 1
                      : cells;
@@ -80,8 +79,7 @@ __global__ void pack_sorted_kernel(const scalar_t* __restrict__ grad_out,       
   store_vec<scalar_t, V>(sorted_grad + p * shape.F + c * V,
                          load_vec<scalar_t, V>(grad_out + n * shape.F + c * V));
   if (c == 0) {
-    const Cell<acc_t, index_t> cell =
-        locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
+    const Cell<acc_t, index_t> cell = locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
     frac[p] = {{cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac, acc_t(0)}};
   }
 }

@@ -31,8 +31,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
   const index_t n = i >> glog;
   const int lane = i & ((1 << glog) - 1);
   if (n >= N || lane >= vectors) return;
-  const Cell<acc_t, index_t> cell =
-      locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
+  const Cell<acc_t, index_t> cell = locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
   const scalar_t* base = features + cell.offset(0, sx, sy, sz);  // corner 0
 #pragma unroll 1
   for (index_t c = lane; c < vectors; c += (1 << glog)) {
@@ -74,7 +73,8 @@ bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at:
 
 at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
                                const at::Tensor& points_in,    // [..., 3]
-                               bool align_corners, c10::string_view padding, c10::string_view interpolation) {
+                               bool align_corners, c10::string_view padding,
+                               c10::string_view interpolation) {
   const Sampling mode =
       check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   const c10::cuda::CUDAGuard guard(features_in.device());

@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(kThreads) sample_backward_small_f_kernel(
   const index_t n = blockIdx.x * index_t(kThreads) + threadIdx.x;
   if (n >= N) return;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
-  const Cell<float, index_t> cell =
-      locate_cell<float, index_t>(points + 3 * n, shape, mode);
+  const Cell<float, index_t> cell = locate_cell<float, index_t>(points + 3 * n, shape, mode);
   float g[FC];
 #pragma unroll
   for (int c = 0; c < FC; ++c) g[c] = grad_out[n * FC + c];
