@@ -30,6 +30,11 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
     D1  the sample backward op alone (grads to features and points) under
         torch.use_deterministic_algorithms(True), on S1's and S2's inputs; vs our default
         (atomic) backward.
+    E1  an eikonal training step (forward, grad_x by create_graph=True, loss
+        (|grad_x f| - 1)^2 + |f|, backward through the double backward, Adam), R = 128,
+        2^18 uniform points, F = 1 and F = 8 (f = the sum of the channels), linear and
+        smoothstep; vs the same step on grid.reference.sample (gather + weights, second
+        order through autograd), and vs F.grid_sample where it has a double backward.
 
 Every time is a median over repetitions. On the GPU two timings per row: queued (CUDA
 events around kernels enqueued back to back behind a GPU sleep: the kernels' time) and
@@ -63,7 +68,7 @@ if str(ROOT) not in sys.path:
 import grid  # noqa: E402
 from grid import reference  # noqa: E402
 
-WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1")
+WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1")
 MB = 2**20
 
 # name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.
@@ -80,6 +85,7 @@ FULL = {
     "O1": {"r": 4, "f": 8, "n": 16, "calls": 2000},
     "V1": {"r": 256, "f": 16},
     "D1": {"S1": {"r": 128, "f": 16, "rays": (4096, 256)}, "S2": {"r": 128, "f": 16, "n": 2**20}},
+    "E1": {"r": 128, "n": 2**18},
 }
 QUICK = {
     "P1": {"n": 16384, "f": 64},
@@ -94,6 +100,7 @@ QUICK = {
     "O1": {"r": 4, "f": 8, "n": 16, "calls": 500},
     "V1": {"r": 64, "f": 16},
     "D1": {"S1": {"r": 64, "f": 16, "rays": (512, 128)}, "S2": {"r": 64, "f": 16, "n": 2**16}},
+    "E1": {"r": 32, "n": 2**12},
 }
 
 
@@ -927,6 +934,97 @@ def bench_total_variation(ctx: Ctx, name: str, size: dict, seed: int) -> list[di
     return rows
 
 
+# ---- E1: an eikonal training step (double backward) ---------------------------------
+
+E1_FEATURES = (1, 8)
+E1_INTERPOLATIONS = ("linear", "smoothstep")
+
+
+def eikonal_bytes(n: int, f: int, voxels: int, touched: int) -> int:
+    """Minimal bytes of one eikonal step (float32): the forward, the point gradient and the
+    double backward each read the touched voxels; the double backward writes the grid's
+    gradient; Adam reads 4 and writes 3 grid-sized tensors."""
+    grid_bytes = voxels * f * 4
+    fw = touched * f * 4 + n * 12 + n * f * 4  # read voxels and points, write f
+    grad_x = touched * f * 4 + n * f * 4 + n * 12  # read voxels and grad_out, write grad_x
+    loss = 2 * n * 12  # read grad_x, write its gradient
+    double = touched * f * 4 + n * f * 4 + 2 * n * 12 + grid_bytes  # + the grid gradient
+    return fw + grad_x + loss + double + 7 * grid_bytes
+
+
+def eikonal_step(sample_fn, param, points, opt):
+    """One step of an eikonal loss on the field f = sum over channels of sample_fn."""
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        f = sample_fn(param, points).sum(-1)
+        (g,) = torch.autograd.grad(f.sum(), points, create_graph=True)
+        loss = (g.norm(dim=-1) - 1).square().mean() + f.abs().mean()
+        loss.backward(inputs=[param])
+        opt.step()
+
+    return step
+
+
+def bench_eikonal(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    dev, r, n = ctx.device, size["r"], size["n"]
+    rows = []
+    for f in E1_FEATURES:
+        gen = generator(dev, seed + f)
+        init = torch.randn(r, r, r, f, device=dev, generator=gen) * 0.1
+        points = uniform_points(n, dev, gen).requires_grad_()
+        nbytes = eikonal_bytes(n, f, r**3, touched_voxels(points.detach(), r))
+        for interp in E1_INTERPOLATIONS:
+            param = torch.nn.Parameter(init.clone())
+            opt, opt_name = adam([param])
+            ref_param = torch.nn.Parameter(init.clone())
+            ref_opt, _ = adam([ref_param])
+            ours_fn = lambda v, p, i=interp: grid.sample(v, p, interpolation=i)  # noqa: E731
+            ref_fn = lambda v, p, i=interp: reference.sample(v, p, True, "zeros", i)  # noqa: E731
+            check = {"grad_rel_err": eikonal_check(ours_fn, ref_fn, init, points.detach())}
+            ours = measure(ctx, eikonal_step(ours_fn, param, points, opt), dev, peak=True)
+            base = measure(ctx, eikonal_step(ref_fn, ref_param, points, ref_opt), dev, peak=True)
+            note = f"R={r} F={f} N={n} uniform, {interp}, {opt_name}"
+            row = make_row(name, f"step_F{f}_{interp}", f"eikonal step F={f} {interp}", ours,
+                           "reference step", base, nbytes, ctx.gbps(dev), r**3 * f * 4 / MB,
+                           note)  # fmt: skip
+            rows.append(row)
+            attach_check([row], check, 1e-4)
+            if interp == "linear":
+                rows.append(eikonal_grid_sample_row(ctx, name, f, init, points, ours, nbytes))
+    return rows
+
+
+def eikonal_check(ours_fn, ref_fn, init, points) -> float:
+    """Relative error of the eikonal loss's feature gradient against the reference's."""
+    grads = []
+    for fn in (ours_fn, ref_fn):
+        v = init.clone().requires_grad_()
+        p = points.clone().requires_grad_()
+        f = fn(v, p).sum(-1)
+        (g,) = torch.autograd.grad(f.sum(), p, create_graph=True)
+        loss = (g.norm(dim=-1) - 1).square().mean() + f.abs().mean()
+        grads.append(torch.autograd.grad(loss, v)[0])
+    return rel_err(*grads)
+
+
+def eikonal_grid_sample_row(ctx, name, f, init, points, ours, nbytes) -> dict:
+    """The linear step against F.grid_sample's double backward (recorded as an error where
+    this PyTorch has none for 3-D grids on this device)."""
+    dev, r, n = ctx.device, init.shape[0], points.shape[0]
+    cf = torch.nn.Parameter(init.permute(3, 2, 1, 0)[None].contiguous())
+    opt, _ = adam([cf])
+
+    def gs(v, p):
+        return grid_sample(v, p.reshape(1, 1, 1, -1, 3)).reshape(v.shape[1], -1).T
+
+    base = measure(ctx, eikonal_step(gs, cf, points, opt), dev, peak=True)
+    note = f"R={r} F={f} N={n} uniform, linear"
+    return make_row(name, f"step_F{f}_linear_gs", f"eikonal step F={f} linear", ours,
+                    "F.grid_sample step", base, nbytes, ctx.gbps(dev), r**3 * f * 4 / MB,
+                    note)  # fmt: skip
+
+
 BENCHES = {
     "P1": bench_trilinear,
     "P2": bench_trilinear,
@@ -940,6 +1038,7 @@ BENCHES = {
     "O1": bench_overhead,
     "V1": bench_total_variation,
     "D1": bench_deterministic,
+    "E1": bench_eikonal,
 }
 
 
@@ -973,7 +1072,11 @@ def host_bound(stats: dict | None) -> bool:
 # rows, the synchronised one where host cost is part of what the user gets (a training step,
 # the small-F sweep's forward+backward). Fixed here, before any run: never the more
 # flattering one after the fact.
-SYNCED_VERDICTS = {("T1", "step")} | {("S5", f"fwbw_F{f}") for f in (1, 2, 3, 4, 8, 12, 16, 32)}
+SYNCED_VERDICTS = (
+    {("T1", "step")}
+    | {("S5", f"fwbw_F{f}") for f in (1, 2, 3, 4, 8, 12, 16, 32)}
+    | {("E1", f"step_F{f}_{i}") for f in E1_FEATURES for i in E1_INTERPOLATIONS}
+)
 
 
 def target_specs() -> list[tuple]:
@@ -1010,6 +1113,9 @@ def target_specs() -> list[tuple]:
         ("D1", "bw_S1", "ratio", 2, "deterministic time <= 2x the atomic backward"),
         ("D1", "bw_S2", "ratio", 2, "deterministic time <= 2x the atomic backward"),
     ]
+    for f in E1_FEATURES:
+        for i in E1_INTERPOLATIONS:
+            specs.append(("E1", f"step_F{f}_{i}", "speedup", 5, ">= 5x the reference's steps/s"))
     return specs
 
 

@@ -57,7 +57,9 @@ def timings(ctx: Ctx, probe, case: SampleCase) -> tuple[dict, dict]:
     fg, pg = feats.detach().requires_grad_(), points.detach().requires_grad_()
 
     def backward(mask):
-        return lambda: torch.ops.grid.sample_backward(grad, feats, points, True, "zeros", mask)
+        return lambda: torch.ops.grid.sample_backward(
+            grad, feats, points, True, "zeros", "linear", mask
+        )
 
     def scatter(rows, cells_, order_, atomic):
         return lambda: probe.scatter_probe(rows, cells_, order_, target, atomic)

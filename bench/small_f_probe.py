@@ -43,7 +43,9 @@ def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
     cfg = cf.detach().requires_grad_()
     g_cf = g.T.reshape(1, f, 1, 1, -1).contiguous()
     ref_out = grid.sample(feats, points)
-    ref_grad = torch.ops.grid.sample_backward(g, feats, points, True, "zeros", [True, False])[0]
+    ref_grad = torch.ops.grid.sample_backward(
+        g, feats, points, True, "zeros", "linear", [True, False]
+    )[0]
     variants = {
         "fw F.grid_sample": lambda: grid_sample(cf, p5),
         "fw grid.sample": lambda: grid.sample(feats, points),
@@ -51,7 +53,7 @@ def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
         "fw small-F 2/thread": lambda: probe.forward(feats, points, 2),
         "bw F.grid_sample (grid)": lambda: torch.autograd.grad(grid_sample(cfg, p5), cfg, g_cf),
         "bw grid op (grid)": lambda: torch.ops.grid.sample_backward(
-            g, feats, points, True, "zeros", [True, False]
+            g, feats, points, True, "zeros", "linear", [True, False]
         ),
         "bw small-F vector atomics": lambda: probe.backward(g, feats, points, True),
         "bw small-F scalar atomics": lambda: probe.backward(g, feats, points, False),

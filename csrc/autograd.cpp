@@ -1,10 +1,13 @@
 // Autograd of every differentiable op, registered for the Autograd dispatch key in C++ so that a
 // call costs no Python. Each forward op gets a torch::autograd::Function whose backward calls the
 // op's registered backward op through the dispatcher, asking only for the gradients autograd
-// needs. The backward ops get a Function too: its backward is where a native double backward
-// goes; until then it raises instead of letting autograd treat the gradient as a constant.
+// needs. The backward ops of sample and trilinear get a Function too, whose backward is the
+// native double backward op (gradients of gradients, e.g. an eikonal loss); total_variation's
+// backward raises there instead of letting autograd treat the gradient as a constant. Third
+// order is not implemented: the double backward ops raise autograd's own error.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <array>
@@ -20,22 +23,41 @@ using Tensor = at::Tensor;
 
 // The registered ops, called through the dispatcher (below Autograd inside the Functions).
 Tensor sample_op(const Tensor& features, const Tensor& points, bool align_corners,
-                 c10::string_view padding) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("grid::sample", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, bool, c10::string_view)>();
-  return op.call(features, points, align_corners, padding);
+                 c10::string_view padding, c10::string_view interpolation) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::sample", "")
+          .typed<Tensor(const Tensor&, const Tensor&, bool, c10::string_view, c10::string_view)>();
+  return op.call(features, points, align_corners, padding, interpolation);
 }
 
 std::tuple<Tensor, Tensor> sample_backward_op(const Tensor& grad_out, const Tensor& features,
                                               const Tensor& points, bool align_corners,
-                                              c10::string_view padding, std::array<bool, 2> mask) {
+                                              c10::string_view padding,
+                                              c10::string_view interpolation,
+                                              std::array<bool, 2> mask) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("grid::sample_backward", "")
           .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, bool,
-                                            c10::string_view, std::array<bool, 2>)>();
-  return op.call(grad_out, features, points, align_corners, padding, mask);
+                                            c10::string_view, c10::string_view,
+                                            std::array<bool, 2>)>();
+  return op.call(grad_out, features, points, align_corners, padding, interpolation, mask);
+}
+
+std::tuple<Tensor, Tensor, Tensor> sample_double_backward_op(
+    const std::optional<Tensor>& grad_grad_features, const std::optional<Tensor>& grad_grad_points,
+    const Tensor& grad_out, const Tensor& features, const Tensor& points, bool align_corners,
+    c10::string_view padding, c10::string_view interpolation, std::array<bool, 3> mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::sample_double_backward", "")
+          .typed<std::tuple<Tensor, Tensor, Tensor>(
+              const std::optional<Tensor>&, const std::optional<Tensor>&, const Tensor&,
+              const Tensor&, const Tensor&, bool, c10::string_view, c10::string_view,
+              std::array<bool, 3>)>();
+  return op.call(grad_grad_features, grad_grad_points, grad_out, features, points, align_corners,
+                 padding, interpolation, mask);
 }
 
 Tensor trilinear_op(const Tensor& corners, const Tensor& local) {
@@ -53,6 +75,19 @@ std::tuple<Tensor, Tensor> trilinear_backward_op(const Tensor& grad_out, const T
           .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
                                             std::array<bool, 2>)>();
   return op.call(grad_out, corners, local, mask);
+}
+
+std::tuple<Tensor, Tensor, Tensor> trilinear_double_backward_op(
+    const std::optional<Tensor>& grad_grad_corners, const std::optional<Tensor>& grad_grad_local,
+    const Tensor& grad_out, const Tensor& corners, const Tensor& local, std::array<bool, 3> mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::trilinear_double_backward", "")
+          .typed<std::tuple<Tensor, Tensor, Tensor>(const std::optional<Tensor>&,
+                                                    const std::optional<Tensor>&, const Tensor&,
+                                                    const Tensor&, const Tensor&,
+                                                    std::array<bool, 3>)>();
+  return op.call(grad_grad_corners, grad_grad_local, grad_out, corners, local, mask);
 }
 
 Tensor total_variation_op(const Tensor& features) {
@@ -84,35 +119,87 @@ Tensor grad_or_none(bool wanted, const Tensor& grad) {
   return wanted ? grad : Tensor();
 }
 
-// ---- double backward: not implemented yet ---------------------------------------------------
+// ---- double backward -------------------------------------------------------------------------
 
 [[noreturn]] void no_double_backward(const char* op) {
   TORCH_CHECK_NOT_IMPLEMENTED(false, "grid.", op,
-                              ": gradients of gradients (double backward, e.g. an eikonal loss "
-                              "through create_graph=True) are not implemented yet");
+                              ": gradients of gradients (double backward) are not implemented");
+}
+
+// An incoming gradient of a backward output: absent when autograd has none (the output was
+// not used) or when the output was a masked-out [0] placeholder.
+std::optional<Tensor> incoming(const Tensor& grad, bool computed) {
+  if (!computed || !grad.defined()) return std::nullopt;
+  return grad;
 }
 
 struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction> {
-  static variable_list forward(AutogradContext*, const Tensor& grad_out, const Tensor& features,
-                               const Tensor& points, bool align_corners, c10::string_view padding,
+  static variable_list forward(AutogradContext* ctx, const Tensor& grad_out,
+                               const Tensor& features, const Tensor& points, bool align_corners,
+                               c10::string_view padding, c10::string_view interpolation,
                                std::array<bool, 2> mask) {
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (zero)
+    ctx->save_for_backward({grad_out, features, points});
+    ctx->saved_data["align_corners"] = align_corners;
+    ctx->saved_data["padding"] = std::string(padding);
+    ctx->saved_data["interpolation"] = std::string(interpolation);
+    ctx->saved_data["mask0"] = mask[0];
+    ctx->saved_data["mask1"] = mask[1];
     at::AutoDispatchBelowADInplaceOrView below;
     auto [grad_features, grad_points] =
-        sample_backward_op(grad_out, features, points, align_corners, padding, mask);
+        sample_backward_op(grad_out, features, points, align_corners, padding, interpolation, mask);
     return {grad_features, grad_points};
   }
-  static variable_list backward(AutogradContext*, variable_list) { no_double_backward("sample"); }
+
+  // grads: {[X, Y, Z, F] or undefined, [..., 3] or undefined}
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const std::optional<Tensor> gg_features =
+        incoming(grads[0], ctx->saved_data["mask0"].toBool());
+    const std::optional<Tensor> gg_points = incoming(grads[1], ctx->saved_data["mask1"].toBool());
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      ctx->needs_input_grad(2)};
+    if (!(gg_features || gg_points) || !(mask[0] || mask[1] || mask[2]))
+      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    auto [grad_grad_out, grad_features, grad_points] = sample_double_backward_op(
+        gg_features, gg_points, saved[0], saved[1], saved[2],
+        ctx->saved_data["align_corners"].toBool(), ctx->saved_data["padding"].toStringRef(),
+        ctx->saved_data["interpolation"].toStringRef(), mask);
+    return {grad_or_none(mask[0], grad_grad_out),
+            grad_or_none(mask[1], grad_features),
+            grad_or_none(mask[2], grad_points),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
+  }
 };
 
 struct TrilinearBackwardFunction : torch::autograd::Function<TrilinearBackwardFunction> {
-  static variable_list forward(AutogradContext*, const Tensor& grad_out, const Tensor& corners,
+  static variable_list forward(AutogradContext* ctx, const Tensor& grad_out, const Tensor& corners,
                                const Tensor& local, std::array<bool, 2> mask) {
+    ctx->set_materialize_grads(false);
+    ctx->save_for_backward({grad_out, corners, local});
+    ctx->saved_data["mask0"] = mask[0];
+    ctx->saved_data["mask1"] = mask[1];
     at::AutoDispatchBelowADInplaceOrView below;
     auto [grad_corners, grad_local] = trilinear_backward_op(grad_out, corners, local, mask);
     return {grad_corners, grad_local};
   }
-  static variable_list backward(AutogradContext*, variable_list) {
-    no_double_backward("trilinear");
+
+  // grads: {[N, 8, F] or undefined, [N, 3] or undefined}
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const std::optional<Tensor> gg_corners = incoming(grads[0], ctx->saved_data["mask0"].toBool());
+    const std::optional<Tensor> gg_local = incoming(grads[1], ctx->saved_data["mask1"].toBool());
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      ctx->needs_input_grad(2)};
+    if (!(gg_corners || gg_local) || !(mask[0] || mask[1] || mask[2]))
+      return {Tensor(), Tensor(), Tensor(), Tensor()};
+    auto [grad_grad_out, grad_corners, grad_local] =
+        trilinear_double_backward_op(gg_corners, gg_local, saved[0], saved[1], saved[2], mask);
+    return {grad_or_none(mask[0], grad_grad_out), grad_or_none(mask[1], grad_corners),
+            grad_or_none(mask[2], grad_local), Tensor()};
   }
 };
 
@@ -129,13 +216,16 @@ struct TotalVariationBackwardFunction : torch::autograd::Function<TotalVariation
 std::tuple<Tensor, Tensor> sample_backward_autograd(const Tensor& grad_out, const Tensor& features,
                                                     const Tensor& points, bool align_corners,
                                                     c10::string_view padding,
+                                                    c10::string_view interpolation,
                                                     std::array<bool, 2> mask) {
   if (!records({&grad_out, &features, &points})) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return sample_backward_op(grad_out, features, points, align_corners, padding, mask);
+    return sample_backward_op(grad_out, features, points, align_corners, padding, interpolation,
+                              mask);
   }
-  const variable_list grads =
-      SampleBackwardFunction::apply(grad_out, features, points, align_corners, padding, mask);
+  const variable_list grads = SampleBackwardFunction::apply(grad_out, features, points,
+                                                            align_corners, padding, interpolation,
+                                                            mask);
   return {grads[0], grads[1]};
 }
 
@@ -162,27 +252,30 @@ Tensor total_variation_backward_autograd(const Tensor& grad_out, const Tensor& f
 
 struct SampleFunction : torch::autograd::Function<SampleFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& features, const Tensor& points,
-                        bool align_corners, c10::string_view padding) {
+                        bool align_corners, c10::string_view padding,
+                        c10::string_view interpolation) {
     Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below;
-      out = sample_op(features, points, align_corners, padding);
+      out = sample_op(features, points, align_corners, padding, interpolation);
     }
     ctx->save_for_backward({features, points});
     ctx->saved_data["align_corners"] = align_corners;
     ctx->saved_data["padding"] = std::string(padding);
+    ctx->saved_data["interpolation"] = std::string(interpolation);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {  // grads: {[..., F]}
     const variable_list saved = ctx->get_saved_variables();
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
-    const std::string padding = ctx->saved_data["padding"].toStringRef();
     // Through the dispatcher, so that under create_graph the backward op's own autograd runs.
     auto [grad_features, grad_points] = sample_backward_autograd(
-        grads[0], saved[0], saved[1], ctx->saved_data["align_corners"].toBool(), padding, mask);
+        grads[0], saved[0], saved[1], ctx->saved_data["align_corners"].toBool(),
+        ctx->saved_data["padding"].toStringRef(), ctx->saved_data["interpolation"].toStringRef(),
+        mask);
     return {grad_or_none(mask[0], grad_features), grad_or_none(mask[1], grad_points), Tensor(),
-            Tensor()};
+            Tensor(), Tensor()};
   }
 };
 
@@ -224,12 +317,12 @@ struct TotalVariationFunction : torch::autograd::Function<TotalVariationFunction
 };
 
 Tensor sample_autograd(const Tensor& features, const Tensor& points, bool align_corners,
-                       c10::string_view padding) {
+                       c10::string_view padding, c10::string_view interpolation) {
   if (!records({&features, &points})) {  // inference: skip building a graph node
     at::AutoDispatchBelowADInplaceOrView below;
-    return sample_op(features, points, align_corners, padding);
+    return sample_op(features, points, align_corners, padding, interpolation);
   }
-  return SampleFunction::apply(features, points, align_corners, padding);
+  return SampleFunction::apply(features, points, align_corners, padding, interpolation);
 }
 
 Tensor trilinear_autograd(const Tensor& corners, const Tensor& local) {
@@ -255,6 +348,8 @@ TORCH_LIBRARY_IMPL(grid, Autograd, m) {
   m.impl("sample_backward", &sample_backward_autograd);
   m.impl("trilinear", &trilinear_autograd);
   m.impl("trilinear_backward", &trilinear_backward_autograd);
+  m.impl("trilinear_double_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("sample_double_backward", torch::autograd::autogradNotImplementedFallback());
   m.impl("total_variation", &total_variation_autograd);
   m.impl("total_variation_backward", &total_variation_backward_autograd);
 }

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,12 @@ inline void check_pair(const char* op, const at::Tensor& value, const char* valu
       " (or float32 with half-precision ", value_name, "), got ", coords.scalar_type());
 }
 
-// Returns true for border padding.
-inline bool check_sample_args(const at::Tensor& features, const at::Tensor& points,
-                              const std::string& padding) {
+// The checked sampling mode of grid.sample and its backward ops.
+inline Sampling check_sample_args(const at::Tensor& features, const at::Tensor& points,
+                                  bool align_corners, c10::string_view padding_in,
+                                  c10::string_view interpolation_in) {
   const char* op = "grid.sample";
+  const std::string padding(padding_in), interpolation(interpolation_in);
   check_pair(op, features, "features", points, "points");
   TORCH_CHECK(features.dim() == 4, op, ": features: expected shape [X, Y, Z, F], got ",
               features.sizes());
@@ -51,7 +54,9 @@ inline bool check_sample_args(const at::Tensor& features, const at::Tensor& poin
               ": points: expected shape [..., 3], got ", points.sizes());
   TORCH_CHECK(padding == "zeros" || padding == "border", op,
               ": padding: expected 'zeros' or 'border', got '", padding, "'");
-  return padding == "border";
+  TORCH_CHECK(interpolation == "linear" || interpolation == "smoothstep", op,
+              ": interpolation: expected 'linear' or 'smoothstep', got '", interpolation, "'");
+  return {align_corners, padding == "border", interpolation == "smoothstep"};
 }
 
 inline void check_trilinear_args(const at::Tensor& corners, const at::Tensor& local) {
@@ -71,6 +76,19 @@ inline void check_grad_out(const char* op, const at::Tensor& grad_out, const at:
               like.scalar_type(), ", got ", grad_out.scalar_type());
   TORCH_CHECK(grad_out.device() == like.device(), op, ": grad_out: expected device ", like.device(),
               ", got ", grad_out.device());
+}
+
+// An incoming gradient of a double backward op: absent, or shaped like the output of the
+// backward op it belongs to (that output is shaped like `like`).
+inline void check_incoming_grad(const char* op, const char* name,
+                                const std::optional<at::Tensor>& grad, const at::Tensor& like) {
+  if (!grad) return;
+  TORCH_CHECK(grad->sizes() == like.sizes(), op, ": ", name, ": expected shape ", like.sizes(),
+              ", got ", grad->sizes());
+  TORCH_CHECK(grad->scalar_type() == like.scalar_type(), op, ": ", name, ": expected dtype ",
+              like.scalar_type(), ", got ", grad->scalar_type());
+  TORCH_CHECK(grad->device() == like.device(), op, ": ", name, ": expected device ", like.device(),
+              ", got ", grad->device());
 }
 
 // A backward output the caller asked for, or an empty [0] placeholder for one it did not.

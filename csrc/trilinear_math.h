@@ -80,13 +80,23 @@ struct GridShape {
   int64_t F;
 };
 
+// How points read the grid: F.grid_sample's align_corners and padding ("border" or "zeros"),
+// and the blend between the two corners of an axis (smooth: smoothstep, else linear).
+struct Sampling {
+  bool align_corners;
+  bool border;
+  bool smooth;
+};
+
 // One axis of a point's cell. index_t: int32_t where every element offset of the grid fits
 // (fewer registers and instructions on the GPU), else int64_t.
 template <typename acc_t, typename index_t = int64_t>
 struct AxisCell {
   index_t i0;     // index of the low corner; the high corner is i0 + 1
-  acc_t frac;     // position between them, in [0, 1]
-  acc_t dindex;   // d index / d normalised coordinate; 0 where border padding clamps
+  acc_t frac;     // weight t of the high corner (1 - t of the low one): the position u in
+                  // [0, 1] between them (linear) or u^2 (3 - 2u) (smoothstep)
+  acc_t dindex;   // d t / d normalised coordinate; 0 where border padding clamps
+  acc_t d2index;  // d^2 t / d coordinate^2: 0 for linear, (6 - 12u) * scale^2 for smoothstep
   bool valid[2];  // whether corners i0 and i0 + 1 lie inside the grid
   bool outside;   // zeros padding: the point is too far (or NaN) to touch the grid
 };
@@ -95,11 +105,10 @@ struct AxisCell {
 // (bilinear, zeros or border padding). Far and non-finite coordinates never produce an
 // index outside [-1, size], so the int64 conversion is always defined.
 template <typename acc_t, typename index_t = int64_t>
-GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, bool align_corners,
-                                             bool border) {
+GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, Sampling mode) {
   AxisCell<acc_t, index_t> a;
   acc_t index, dindex;
-  if (align_corners) {
+  if (mode.align_corners) {
     index = (coord + 1) / 2 * acc_t(size - 1);
     dindex = acc_t(size - 1) / 2;
   } else {
@@ -107,7 +116,7 @@ GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, bool ali
     dindex = acc_t(size) / 2;
   }
   a.outside = false;
-  if (border) {
+  if (mode.border) {
     const acc_t hi = acc_t(size - 1);
     if (!(index > 0 && index < hi)) {  // clamped (NaN goes to the low border): no gradient
       index = index >= hi ? hi : acc_t(0);
@@ -119,9 +128,17 @@ GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, bool ali
     dindex = 0;
   }
   const acc_t low = floor_(index);
+  const acc_t u = index - low;
   a.i0 = static_cast<index_t>(low);
-  a.frac = index - low;
-  a.dindex = dindex;
+  if (mode.smooth) {  // t = u^2 (3 - 2u): t' = 6u (1 - u), t'' = 6 - 12u
+    a.frac = u * u * (3 - 2 * u);
+    a.dindex = 6 * u * (1 - u) * dindex;
+    a.d2index = (6 - 12 * u) * dindex * dindex;
+  } else {
+    a.frac = u;
+    a.dindex = dindex;
+    a.d2index = 0;
+  }
   a.valid[0] = a.i0 >= 0 && a.i0 < size;
   a.valid[1] = a.i0 + 1 >= 0 && a.i0 + 1 < size;
   return a;
@@ -146,13 +163,13 @@ struct Cell {
 
 template <typename acc_t, typename index_t = int64_t, typename point_t>
 GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& g,
-                                         bool align_corners, bool border) {
+                                         Sampling mode) {
   Cell<acc_t, index_t> c;
   bool outside = false;
 #pragma unroll
   for (int a = 0; a < 3; ++a) {
     c.axis[a] =
-        locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], align_corners, border);
+        locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], mode);
     outside = outside || c.axis[a].outside;
   }
   corner_weights(c.axis[0].frac, c.axis[1].frac, c.axis[2].frac, c.weight);
@@ -166,6 +183,81 @@ GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& 
   }
   c.any = c.inside != 0;
   return c;
+}
+
+// Corner k's weight and its first and second derivatives with respect to the point, from the
+// per-axis blend t (AxisCell::frac) and its derivatives dt (dindex) and d2t (d2index):
+// w = P0 P1 P2 with P_a = t_a (high corner) or 1 - t_a (low corner).
+template <typename acc_t>
+struct CornerDerivatives {
+  acc_t w;
+  acc_t d[3];      // d w / d point_a
+  acc_t dd[3][3];  // d^2 w / d point_a d point_b
+};
+
+template <typename acc_t>
+GRID_HD CornerDerivatives<acc_t> corner_derivatives(int k, const acc_t (&t)[3],
+                                                    const acc_t (&dt)[3], const acc_t (&d2t)[3]) {
+  const int bit[3] = {corner_dx(k), corner_dy(k), corner_dz(k)};
+  acc_t P[3], D[3], DD[3];
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    P[a] = bit[a] ? t[a] : 1 - t[a];
+    D[a] = bit[a] ? dt[a] : -dt[a];
+    DD[a] = bit[a] ? d2t[a] : -d2t[a];
+  }
+  CornerDerivatives<acc_t> c;
+  c.w = P[0] * P[1] * P[2];
+  c.d[0] = D[0] * P[1] * P[2];
+  c.d[1] = P[0] * D[1] * P[2];
+  c.d[2] = P[0] * P[1] * D[2];
+  c.dd[0][0] = DD[0] * P[1] * P[2];
+  c.dd[1][1] = P[0] * DD[1] * P[2];
+  c.dd[2][2] = P[0] * P[1] * DD[2];
+  c.dd[0][1] = c.dd[1][0] = D[0] * D[1] * P[2];
+  c.dd[0][2] = c.dd[2][0] = D[0] * P[1] * D[2];
+  c.dd[1][2] = c.dd[2][1] = P[0] * D[1] * D[2];
+  return c;
+}
+
+// The double backward of one point splits into a pass over the F channels and two per-point
+// sums. With q_k = sum_a ggp_a d w_k / d p_a (how corner k's weight moves along the incoming
+// gradient ggp of the point gradient), V_k corner k's features, G_k the incoming gradient of
+// the feature gradient at corner k and g the point's grad_out row:
+//   grad of grad_out[f]   = sum_k w_k G_k[f] + q_k V_k[f]
+//   grad of V_k[f]       += q_k g[f]
+//   grad of the point[b]  = sum_k d w_k / d p_b <g, G_k> + sum_a ggp_a d^2 w_k / d p_a d p_b <g, V_k>
+// `inside` masks the corners that lie in the grid (the others read zeros).
+
+// w_k and q_k of the eight corners (0 outside).
+template <typename acc_t>
+GRID_HD void corner_weights_and_moves(const acc_t (&t)[3], const acc_t (&dt)[3],
+                                      const acc_t (&d2t)[3], const acc_t (&ggp)[3],
+                                      unsigned inside, acc_t (&w)[8], acc_t (&q)[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const CornerDerivatives<acc_t> c = corner_derivatives(k, t, dt, d2t);
+    const bool in = (inside >> k) & 1u;
+    w[k] = in ? c.w : acc_t(0);
+    q[k] = in ? ggp[0] * c.d[0] + ggp[1] * c.d[1] + ggp[2] * c.d[2] : acc_t(0);
+  }
+}
+
+// The point's gradient from the per-corner dot products dot_g[k] = <g, G_k> and
+// dot_v[k] = <g, V_k> (0 outside).
+template <typename acc_t>
+GRID_HD void point_second_order(const acc_t (&t)[3], const acc_t (&dt)[3], const acc_t (&d2t)[3],
+                                const acc_t (&ggp)[3], const acc_t (&dot_g)[8],
+                                const acc_t (&dot_v)[8], acc_t (&grad)[3]) {
+  grad[0] = grad[1] = grad[2] = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const CornerDerivatives<acc_t> c = corner_derivatives(k, t, dt, d2t);
+#pragma unroll
+    for (int b = 0; b < 3; ++b)
+      grad[b] += c.d[b] * dot_g[k] +
+                 (ggp[0] * c.dd[0][b] + ggp[1] * c.dd[1][b] + ggp[2] * c.dd[2][b]) * dot_v[k];
+  }
 }
 
 }  // namespace grid

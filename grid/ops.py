@@ -10,6 +10,7 @@ from . import _backend
 _backend.load()
 
 PADDING_MODES = ("zeros", "border")
+INTERPOLATIONS = ("linear", "smoothstep")
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -44,13 +45,19 @@ def trilinear(corners: Tensor, local: Tensor) -> Tensor:
 
 
 def sample(
-    features: Tensor, points: Tensor, *, align_corners: bool = True, padding: str = "zeros"
+    features: Tensor,
+    points: Tensor,
+    *,
+    align_corners: bool = True,
+    padding: str = "zeros",
+    interpolation: str = "linear",
 ) -> Tensor:
     """Trilinearly sample a channels-last feature grid at normalised points.
 
-    Exactly `F.grid_sample(features.permute(3, 2, 1, 0)[None], points.reshape(1, 1, 1, -1, 3),
-    mode="bilinear", padding_mode=padding, align_corners=align_corners)` reshaped to
-    `[..., F]`, computed without building any per-corner tensor.
+    With interpolation="linear", exactly `F.grid_sample(features.permute(3, 2, 1, 0)[None],
+    points.reshape(1, 1, 1, -1, 3), mode="bilinear", padding_mode=padding,
+    align_corners=align_corners)` reshaped to `[..., F]`, computed without building any
+    per-corner tensor. Gradients of gradients (double backward) are supported.
 
     Args:
         features: [X, Y, Z, F]; fastest with the F values of a voxel contiguous.
@@ -58,14 +65,17 @@ def sample(
         align_corners: as in `F.grid_sample`.
         padding: "zeros" (points outside read zeros; NaN counts as outside) or
             "border" (coordinates clamp to the grid; NaN clamps to the low border).
+        interpolation: "linear" (trilinear: C0, the gradient jumps at cell faces) or
+            "smoothstep" (the same eight corners, each axis weighted by
+            s(t) = t^2 (3 - 2t) instead of t: C1, gradients continuous across cells).
 
     Returns:
-        [..., F] in the dtype of `features`. Differentiable with respect to
+        [..., F] in the dtype of `features`. Twice differentiable with respect to
         `features` and `points`.
     """
     if torch.compiler.is_compiling():
-        return _SAMPLE(features, points, align_corners, padding)
-    return _SAMPLE_ENTRY(features, points, align_corners, padding)
+        return _SAMPLE(features, points, align_corners, padding, interpolation)
+    return _SAMPLE_ENTRY(features, points, align_corners, padding, interpolation)
 
 
 def total_variation(features: Tensor) -> Tensor:
@@ -165,7 +175,13 @@ def _trilinear_backward_fake(
 
 
 @torch.library.register_fake("grid::sample")
-def _sample_fake(features: Tensor, points: Tensor, align_corners: bool, padding: str) -> Tensor:
+def _sample_fake(
+    features: Tensor,
+    points: Tensor,
+    align_corners: bool,
+    padding: str,
+    interpolation: str = "linear",
+) -> Tensor:
     _check_pair("features", features, "points", points)
     torch._check(
         features.dim() == 4,
@@ -179,6 +195,10 @@ def _sample_fake(features: Tensor, points: Tensor, align_corners: bool, padding:
         padding in PADDING_MODES,
         lambda: f"padding: expected 'zeros' or 'border', got {padding!r}",
     )
+    torch._check(
+        interpolation in INTERPOLATIONS,
+        lambda: f"interpolation: expected 'linear' or 'smoothstep', got {interpolation!r}",
+    )
     return features.new_empty((*points.shape[:-1], features.shape[3]))
 
 
@@ -189,11 +209,44 @@ def _sample_backward_fake(
     points: Tensor,
     align_corners: bool,
     padding: str,
+    interpolation: str,
     output_mask: list[bool],
 ) -> tuple[Tensor, Tensor]:
     grad_features = features.new_empty(features.shape if output_mask[0] else (0,))
     grad_points = points.new_empty(points.shape if output_mask[1] else (0,))
     return grad_features, grad_points
+
+
+@torch.library.register_fake("grid::sample_double_backward")
+def _sample_double_backward_fake(
+    grad_grad_features: Tensor | None,
+    grad_grad_points: Tensor | None,
+    grad_out: Tensor,
+    features: Tensor,
+    points: Tensor,
+    align_corners: bool,
+    padding: str,
+    interpolation: str,
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor, Tensor]:
+    return _masked_like(output_mask, grad_out, features, points)
+
+
+@torch.library.register_fake("grid::trilinear_double_backward")
+def _trilinear_double_backward_fake(
+    grad_grad_corners: Tensor | None,
+    grad_grad_local: Tensor | None,
+    grad_out: Tensor,
+    corners: Tensor,
+    local: Tensor,
+    output_mask: list[bool],
+) -> tuple[Tensor, Tensor, Tensor]:
+    return _masked_like(output_mask, grad_out, corners, local)
+
+
+def _masked_like(mask: list[bool], *likes: Tensor) -> tuple[Tensor, ...]:
+    """A backward op's outputs: shaped like `likes`, or empty [0] where not asked for."""
+    return tuple(t.new_empty(t.shape if m else (0,)) for m, t in zip(mask, likes, strict=True))
 
 
 @torch.library.register_fake("grid::total_variation")
@@ -234,5 +287,5 @@ def _check_total_variation_features(features: Tensor) -> None:
     )
 
 
-# Autograd of every op (and the refusal of double backward) is registered in C++
-# (csrc/autograd.cpp), so a call runs no Python beyond the wrappers above.
+# Autograd of every op, double backward included, is registered in C++ (csrc/autograd.cpp),
+# so a call runs no Python beyond the wrappers above.

@@ -41,13 +41,24 @@ def _unnormalize(coord: Tensor, size: int, align_corners: bool) -> Tensor:
     return ((coord + 1) * size - 1) / 2
 
 
+def smoothstep(t: Tensor) -> Tensor:
+    """s(t) = t^2 (3 - 2t): 0 and 1 at the ends with zero slope there, so a blend by s is C1."""
+    return t * t * (3 - 2 * t)
+
+
 def sample(
-    features: Tensor, points: Tensor, align_corners: bool = True, padding: str = "zeros"
+    features: Tensor,
+    points: Tensor,
+    align_corners: bool = True,
+    padding: str = "zeros",
+    interpolation: str = "linear",
 ) -> Tensor:
     """features: [X, Y, Z, F], points: [..., 3] -> [..., F].
 
-    The semantics of `F.grid_sample(mode="bilinear")` on
-    `features.permute(3, 2, 1, 0)[None]`, written as an explicit gather.
+    With interpolation="linear", the semantics of `F.grid_sample(mode="bilinear")` on
+    `features.permute(3, 2, 1, 0)[None]`, written as an explicit gather. With
+    "smoothstep", the same eight corners weighted by `smoothstep(t)` instead of the
+    position `t` in the cell along each axis. Differentiable twice through autograd.
 
     Non-finite and far coordinates: with `padding="zeros"` a point outside the
     sampled region (or with a NaN coordinate) gives zeros and no gradient; with
@@ -56,6 +67,8 @@ def sample(
     """
     if padding not in ("zeros", "border"):
         raise ValueError(f"padding: expected 'zeros' or 'border', got {padding!r}")
+    if interpolation not in ("linear", "smoothstep"):
+        raise ValueError(f"interpolation: expected 'linear' or 'smoothstep', got {interpolation!r}")
     sizes = features.shape[:3]
     batch = points.shape[:-1]
     pts = points.reshape(-1, 3)
@@ -80,6 +93,8 @@ def sample(
 
     base = index.detach().floor()
     frac = index - base
+    if interpolation == "smoothstep":
+        frac = smoothstep(frac)
     base = base.long()
     weights = _corner_weights(frac) * keep[:, None]  # [N, 8]
 

@@ -13,10 +13,11 @@ from grid import _backend
 from ._helpers import DEVICES, assert_close, needs_cuda, random_points
 
 OPS = ["trilinear", "trilinear_backward", "sample", "sample_backward"]
+DOUBLE_BACKWARD_OPS = ["trilinear_double_backward", "sample_double_backward"]
 TV_OPS = ["total_variation", "total_variation_backward", "total_variation_add_grad_"]
 
 
-@pytest.mark.parametrize("op", OPS + TV_OPS)
+@pytest.mark.parametrize("op", OPS + DOUBLE_BACKWARD_OPS + TV_OPS)
 def test_native_kernels_registered(op):
     assert _backend.source in ("installed", "jit")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CPU")
@@ -98,17 +99,19 @@ def _op_samples(device):
 def test_opcheck(device):
     f, p, g, c = _op_samples(device)
     ops = torch.ops.grid
-    # The backward ops get inputs that need no gradient: their own backward (double backward)
-    # is not implemented and raises, which test_double_backward_raises_... checks.
+    # The backward ops get inputs that need no gradient: their own backward is the double
+    # backward op, checked in test_double_backward.py.
     fd, pd, cd = f.detach(), p.detach(), c.detach()
-    for align_corners, padding in ((True, "zeros"), (False, "border")):
-        torch.library.opcheck(ops.sample, (f, p, align_corners, padding))
-        torch.library.opcheck(
-            ops.sample_backward, (g, fd, pd, align_corners, padding, [True, True])
-        )
-        torch.library.opcheck(
-            ops.sample_backward, (g, fd, pd, align_corners, padding, [False, True])
-        )
+    for align_corners, padding, interpolation in (
+        (True, "zeros", "linear"),
+        (False, "border", "smoothstep"),
+    ):
+        torch.library.opcheck(ops.sample, (f, p, align_corners, padding, interpolation))
+        for mask in ([True, True], [False, True]):
+            torch.library.opcheck(
+                ops.sample_backward, (g, fd, pd, align_corners, padding, interpolation, mask)
+            )
+    torch.library.opcheck(ops.sample, (f, p, True, "zeros"))  # the schema's default: linear
     torch.library.opcheck(ops.trilinear, (c, p))
     torch.library.opcheck(ops.trilinear_backward, (g, cd, pd, [True, True]))
     torch.library.opcheck(ops.trilinear_backward, (g, cd, pd, [True, False]))
@@ -244,12 +247,7 @@ def test_fake_shapes_raise_the_same_errors():
             torch.ops.grid.sample(torch.randn(2, 2, 2, 1), torch.zeros(1, 2), True, "zeros")
         with pytest.raises(RuntimeError, match="padding: expected"):
             torch.ops.grid.sample(torch.randn(2, 2, 2, 1), torch.zeros(1, 3), True, "bogus")
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_double_backward_raises_instead_of_silently_wrong(device):
-    features = torch.randn(3, 3, 3, 2, device=device, requires_grad=True)
-    points = random_points((4,), device).requires_grad_()
-    (gp,) = torch.autograd.grad(grid.sample(features, points).sum(), points, create_graph=True)
-    with pytest.raises(NotImplementedError, match="grid.sample: gradients of gradients"):
-        gp.sum().backward()
+        with pytest.raises(RuntimeError, match="interpolation: expected"):
+            torch.ops.grid.sample(
+                torch.randn(2, 2, 2, 1), torch.zeros(1, 3), True, "zeros", "bogus"
+            )

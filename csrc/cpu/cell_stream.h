@@ -15,13 +15,12 @@ class CellStream {
 
   // Prefetches corners of `grid` (strides of `shape`, or contiguous when `contiguous`) whose
   // (x, y) row lies in [row_begin, row_end); rows are x * Y + y.
-  CellStream(const point_t* points, const GridShape& shape, bool align_corners, bool border,
+  CellStream(const point_t* points, const GridShape& shape, Sampling mode,
              const scalar_t* grid, bool contiguous, int64_t begin, int64_t end,
              int64_t row_begin = 0, int64_t row_end = INT64_MAX)
       : points_(points),
         shape_(shape),
-        align_(align_corners),
-        border_(border),
+        mode_(mode),
         grid_(grid),
         end_(end),
         row_begin_(row_begin),
@@ -43,7 +42,7 @@ class CellStream {
  private:
   void fill(int64_t m) {
     Cell<acc_t>& c = ring_[m % kAhead];
-    c = locate_cell<acc_t>(points_ + 3 * m, shape_, align_, border_);
+    c = locate_cell<acc_t>(points_ + 3 * m, shape_, mode_);
     for (int k = 0; k < 8; ++k) {
       if (!c.valid(k)) continue;
       const int64_t row =
@@ -57,7 +56,7 @@ class CellStream {
 
   const point_t* points_;
   GridShape shape_;
-  bool align_, border_;
+  Sampling mode_;
   const scalar_t* grid_;
   int64_t stride_[3];
   int64_t end_, row_begin_, row_end_;

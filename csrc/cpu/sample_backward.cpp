@@ -1,6 +1,5 @@
-// CPU backward of grid::sample. Deterministic: every voxel row of the feature gradient is owned
-// by one task, which adds the contributions of all points in point order, so the result is
-// bitwise the same on every run and for any thread count.
+// CPU backward of grid::sample. Deterministic: the feature gradient is scattered by
+// corner_scatter.h (each voxel row owned by one task, points added in order).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -8,6 +7,7 @@
 #include <tuple>
 
 #include "cell_stream.h"
+#include "corner_scatter.h"
 #include "checks.h"
 #include "dispatch.h"
 #include "trilinear_math.h"
@@ -18,11 +18,11 @@ namespace {
 // grad_points[n] = sum_k d weight_k / d point * <grad_out[n], features[corner_k]>.
 template <typename scalar_t, typename point_t>
 void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts, point_t* gp,
-                     const GridShape& shape, int64_t N, bool align_corners, bool border) {
+                     const GridShape& shape, int64_t N, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
   const int64_t F = shape.F;
   at::parallel_for(0, N, std::max<int64_t>(1, 4096 / F), [&](int64_t begin, int64_t end) {
-    CellStream<acc_t, point_t, scalar_t> cells(pts, shape, align_corners, border, feat, false,
+    CellStream<acc_t, point_t, scalar_t> cells(pts, shape, mode, feat, false,
                                                begin, end);
     for (int64_t n = begin; n < end; ++n) {
       const Cell<acc_t> cell = cells.get(n);
@@ -44,41 +44,15 @@ void grad_points_cpu(const scalar_t* g, const scalar_t* feat, const point_t* pts
   });
 }
 
-// grad_features[corner_k(n)] += weight_k(n) * grad_out[n], into a contiguous [X, Y, Z, F]
-// accumulator. Task t owns the (x, y) voxel rows [row_begin, row_end) and scans every point.
-template <typename scalar_t, typename point_t>
-void grad_features_cpu(const scalar_t* g, const point_t* pts, acc_type<scalar_t>* gf,
-                       const GridShape& shape, int64_t N, bool align_corners, bool border) {
-  using acc_t = acc_type<scalar_t>;
-  const int64_t F = shape.F, Y = shape.size[1], Z = shape.size[2];
-  const int64_t rows = shape.size[0] * Y;
-  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
-  at::parallel_for(0, rows, (rows + tasks - 1) / tasks, [&](int64_t row_begin, int64_t row_end) {
-    CellStream<acc_t, point_t, acc_t> cells(pts, shape, align_corners, border, gf, true, 0, N,
-                                            row_begin, row_end);
-    for (int64_t n = 0; n < N; ++n) {
-      const Cell<acc_t> cell = cells.get(n);
-      if (!cell.any) continue;
-      for (int k = 0; k < 8; ++k) {
-        if (!cell.valid(k)) continue;
-        const int64_t row = (cell.axis[0].i0 + corner_dx(k)) * Y + cell.axis[1].i0 + corner_dy(k);
-        if (row < row_begin || row >= row_end) continue;
-        acc_t* out = gf + (row * Z + cell.axis[2].i0 + corner_dz(k)) * F;
-        const acc_t w = cell.weight[k];
-        for (int64_t f = 0; f < F; ++f) out[f] += w * static_cast<acc_t>(g[n * F + f]);
-      }
-    }
-  });
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
     const at::Tensor& grad_out_in,  // [..., F]
     const at::Tensor& features_in,  // [X, Y, Z, F]
     const at::Tensor& points_in,    // [..., 3]
-    bool align_corners, c10::string_view padding, std::array<bool, 2> output_mask) {
-  const bool border = check_sample_args(features_in, points_in, std::string(padding));
+    bool align_corners, c10::string_view padding, c10::string_view interpolation, std::array<bool, 2> output_mask) {
+  const Sampling mode =
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   check_grad_out("grid.sample_backward", grad_out_in, features_in,
                  sample_out_sizes(features_in, points_in));
   const bool want_features = output_mask[0], want_points = output_mask[1];
@@ -99,13 +73,15 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
       using point_t = typename decltype(p)::type;
       const scalar_t* g = grad_out.data_ptr<scalar_t>();
       const point_t* pts = points.data_ptr<point_t>();
-      if (want_features)
-        grad_features_cpu<scalar_t, point_t>(g, pts, grad_acc.data_ptr<acc_type<scalar_t>>(), shape,
-                                             N, align_corners, border);
+      using acc_t = acc_type<scalar_t>;
+      if (want_features)  // grad_features[corner_k(n)] += weight_k(n) * grad_out[n]
+        scatter_corners_cpu<acc_t>(g, pts, grad_acc.data_ptr<acc_t>(), shape, N, mode,
+                                   [](int64_t, const Cell<acc_t>& cell, acc_t(&w)[8]) {
+                                     for (int k = 0; k < 8; ++k) w[k] = cell.weight[k];
+                                   });
       if (want_points)
         grad_points_cpu<scalar_t, point_t>(g, features.data_ptr<scalar_t>(), pts,
-                                           grad_points.data_ptr<point_t>(), shape, N, align_corners,
-                                           border);
+                                           grad_points.data_ptr<point_t>(), shape, N, mode);
     });
   }
   // The float accumulator rounded to the features' dtype (no copy when they are equal).

@@ -13,8 +13,9 @@ namespace grid {
 
 at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
                               const at::Tensor& points_in,    // [..., 3]
-                              bool align_corners, c10::string_view padding) {
-  const bool border = check_sample_args(features_in, points_in, std::string(padding));
+                              bool align_corners, c10::string_view padding, c10::string_view interpolation) {
+  const Sampling mode =
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   const at::Tensor features = channels_contiguous(features_in);
   const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
   at::Tensor out = at::empty(sample_out_sizes(features, points_in), features.options());
@@ -33,7 +34,7 @@ at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
     const int64_t grain = std::max<int64_t>(1, 4096 / F);
     at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
       std::vector<acc_t> row(F);
-      CellStream<acc_t, point_t, scalar_t> cells(pts, shape, align_corners, border, feat, false,
+      CellStream<acc_t, point_t, scalar_t> cells(pts, shape, mode, feat, false,
                                                  begin, end);
       for (int64_t n = begin; n < end; ++n) {
         const Cell<acc_t> cell = cells.get(n);

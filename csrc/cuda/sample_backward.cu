@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     const point_t* __restrict__ points,     // [N, 3]
     scalar_t* __restrict__ grad_features,   // [X, Y, Z, F] contiguous (kFeatures)
     point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
-    GridShape shape, index_t N, int plog, bool align_corners, bool border) {
+    GridShape shape, index_t N, int plog, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   const int lane = i & ((1 << glog) - 1);
   const int dz = lane >> plog;
   const Cell<acc_t, index_t> cell =
-      locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+      locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
   const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
   // This side's z weight, placed where corner_weight_grad reads the z = 0 side (indexing wz by
   // the run-time dz would put the arrays in local memory); the z derivative flips on side 1.
@@ -121,8 +121,9 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
     const at::Tensor& grad_out_in,  // [..., F]
     const at::Tensor& features_in,  // [X, Y, Z, F]
     const at::Tensor& points_in,    // [..., 3]
-    bool align_corners, c10::string_view padding, std::array<bool, 2> output_mask) {
-  const bool border = check_sample_args(features_in, points_in, std::string(padding));
+    bool align_corners, c10::string_view padding, c10::string_view interpolation, std::array<bool, 2> output_mask) {
+  const Sampling mode =
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   check_grad_out("grid.sample_backward", grad_out_in, features_in,
                  sample_out_sizes(features_in, points_in));
   const c10::cuda::CUDAGuard guard(features_in.device());
@@ -137,7 +138,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
   at::Tensor grad_features = deterministic ? sample_grad_features_deterministic(
-                                                 grad_out, features, points, align_corners, border)
+                                                 grad_out, features, points, mode)
                                            : masked_output(want_features, features.sizes(),
                                                            features.options());  // [X, Y, Z, F]
   at::Tensor grad_points =
@@ -157,8 +158,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
         kernel<<<one_pass_blocks(N), kThreads, 0, stream>>>(
             grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
             want_features ? grad_features.data_ptr<float>() : nullptr,
-            want_points ? grad_points.data_ptr<float>() : nullptr, shape, int32_t(N), align_corners,
-            border);
+            want_points ? grad_points.data_ptr<float>() : nullptr, shape, int32_t(N), mode);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
       if (vector)
@@ -193,7 +193,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
                 points.data_ptr<point_t>(),
                 want_features ? grad_features.data_ptr<scalar_t>() : nullptr,
                 want_points ? grad_points.data_ptr<point_t>() : nullptr, shape, index_t(N), plog,
-                align_corners, border);
+                mode);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
           });
         });

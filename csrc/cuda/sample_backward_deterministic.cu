@@ -34,13 +34,12 @@ template <typename acc_t, typename point_t, typename index_t>
 __global__ void cell_keys_kernel(const point_t* __restrict__ points,  // [N, 3]
                                  index_t* __restrict__ keys,          // [N]
                                  index_t* __restrict__ index,         // [N]: 0, 1, ..., N - 1
-                                 GridShape shape, index_t N, index_t cells, bool align_corners,
-                                 bool border) {
+                                 GridShape shape, index_t N, index_t cells, Sampling mode) {
   const index_t n = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
   if (n >= N) return;
   index[n] = n;
   const Cell<acc_t, index_t> cell =
-      locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+      locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
   const index_t Y1 = shape.size[1] + 1, Z1 = shape.size[2] + 1;
   keys[n] = cell.any ? ((cell.axis[0].i0 + 1) * Y1 + cell.axis[1].i0 + 1) * Z1 + cell.axis[2].i0 + 1
                      : cells;
@@ -72,8 +71,7 @@ __global__ void pack_sorted_kernel(const scalar_t* __restrict__ grad_out,       
                                    const index_t* __restrict__ order,              // [N]
                                    Vec<acc_type<scalar_t>, 4>* __restrict__ frac,  // [N]
                                    scalar_t* __restrict__ sorted_grad,             // [N, F]
-                                   GridShape shape, index_t items, bool align_corners,
-                                   bool border) {
+                                   GridShape shape, index_t items, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
   const index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
   if (i >= items) return;
@@ -83,7 +81,7 @@ __global__ void pack_sorted_kernel(const scalar_t* __restrict__ grad_out,       
                          load_vec<scalar_t, V>(grad_out + n * shape.F + c * V));
   if (c == 0) {
     const Cell<acc_t, index_t> cell =
-        locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+        locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
     frac[p] = {{cell.axis[0].frac, cell.axis[1].frac, cell.axis[2].frac, acc_t(0)}};
   }
 }
@@ -186,7 +184,7 @@ void sort_pairs(const at::Tensor& keys, at::Tensor& sorted_keys, const at::Tenso
 at::Tensor sample_grad_features_deterministic(const at::Tensor& grad_out,  // [N, F] contiguous
                                               const at::Tensor& features,  // [X, Y, Z, F] contig.
                                               const at::Tensor& points,    // [N, 3] contiguous
-                                              bool align_corners, bool border) {
+                                              Sampling mode) {
   at::Tensor grad_features = at::empty_like(features);  // every element is written below
   const int64_t N = points.size(0);
   if (grad_features.numel() == 0) return grad_features;
@@ -214,7 +212,7 @@ at::Tensor sample_grad_features_deterministic(const at::Tensor& grad_out,  // [N
         at::Tensor sorted_keys = at::empty({N}, options), sorted = at::empty({N}, options);
         cell_keys_kernel<acc_t, point_t, index_t><<<one_pass_blocks(N), kThreads, 0, stream>>>(
             points.data_ptr<point_t>(), keys.data_ptr<index_t>(), order.data_ptr<index_t>(), shape,
-            index_t(N), index_t(cells), align_corners, border);
+            index_t(N), index_t(cells), mode);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         // Radix sort is stable: inside a cell the points keep their index order, so the sums
         // below always add in the same order.
@@ -230,7 +228,7 @@ at::Tensor sample_grad_features_deterministic(const at::Tensor& grad_out,  // [N
             <<<one_pass_blocks(N * vectors), kThreads, 0, stream>>>(
                 grad_out.data_ptr<scalar_t>(), points.data_ptr<point_t>(),
                 sorted.data_ptr<index_t>(), frac_ptr, sorted_grad.data_ptr<scalar_t>(), shape,
-                index_t(N * vectors), align_corners, border);
+                index_t(N * vectors), mode);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         gather_grad_kernel<scalar_t, index_t, V><<<one_pass_blocks(items), kThreads, 0, stream>>>(
             frac_ptr, sorted_grad.data_ptr<scalar_t>(), start.data_ptr<index_t>(),

@@ -11,6 +11,6 @@ namespace grid {
 at::Tensor sample_grad_features_deterministic(const at::Tensor& grad_out,  // [N, F]
                                               const at::Tensor& features,  // [X, Y, Z, F]
                                               const at::Tensor& points,    // [N, 3]
-                                              bool align_corners, bool border);
+                                              Sampling mode);
 
 }  // namespace grid

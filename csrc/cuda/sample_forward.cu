@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
     sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
                           const point_t* __restrict__ points,     // [N, 3]
                           scalar_t* __restrict__ out,             // [N, F]
-                          GridShape shape, index_t N, int glog, bool align_corners, bool border) {
+                          GridShape shape, index_t N, int glog, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
   const int lane = i & ((1 << glog) - 1);
   if (n >= N || lane >= vectors) return;
   const Cell<acc_t, index_t> cell =
-      locate_cell<acc_t, index_t>(points + 3 * n, shape, align_corners, border);
+      locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
   const scalar_t* base = features + cell.offset(0, sx, sy, sz);  // corner 0
 #pragma unroll 1
   for (index_t c = lane; c < vectors; c += (1 << glog)) {
@@ -74,8 +74,9 @@ bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at:
 
 at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
                                const at::Tensor& points_in,    // [..., 3]
-                               bool align_corners, c10::string_view padding) {
-  const bool border = check_sample_args(features_in, points_in, std::string(padding));
+                               bool align_corners, c10::string_view padding, c10::string_view interpolation) {
+  const Sampling mode =
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
   const c10::cuda::CUDAGuard guard(features_in.device());
   const at::Tensor features = channels_contiguous(features_in);
   const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
@@ -91,7 +92,7 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
       prefer_l1<kernel>();
       kernel<<<one_pass_blocks((N + kPer - 1) / kPer), kThreads, 0, stream>>>(
           features.data_ptr<float>(), points.data_ptr<float>(), out.data_ptr<float>(), shape,
-          int32_t(N), align_corners, border);
+          int32_t(N), mode);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     return out;
@@ -118,7 +119,7 @@ at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
           prefer_l1<kernel>();
           kernel<<<one_pass_blocks(N << glog), kThreads, 0, stream>>>(
               features.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
-              shape, index_t(N), glog, align_corners, border);
+              shape, index_t(N), glog, mode);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         if (shape.F / V > 32)

@@ -31,15 +31,14 @@ __global__ void __launch_bounds__(kThreads) sample_forward_small_f_kernel(
     const float* __restrict__ features,  // [X, Y, Z, FC], channel stride 1
     const float* __restrict__ points,    // [N, 3]
     float* __restrict__ out,             // [N, FC]
-    GridShape shape, index_t N, bool align_corners, bool border) {
+    GridShape shape, index_t N, Sampling mode) {
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
   Cell<float, index_t> cell[kPer];
   index_t n[kPer];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     n[j] = (blockIdx.x * index_t(kPer) + j) * kThreads + threadIdx.x;
-    cell[j] = locate_cell<float, index_t>(points + 3 * (n[j] < N ? n[j] : 0), shape, align_corners,
-                                          border);
+    cell[j] = locate_cell<float, index_t>(points + 3 * (n[j] < N ? n[j] : 0), shape, mode);
   }
   float f[kPer][8][FC];  // every load in flight before the first use
 #pragma unroll
@@ -96,12 +95,12 @@ __global__ void __launch_bounds__(kThreads) sample_backward_small_f_kernel(
     const float* __restrict__ points,    // [N, 3]
     float* __restrict__ grad_features,   // [X, Y, Z, FC] contiguous (kFeatures)
     float* __restrict__ grad_points,     // [N, 3] (kPoints)
-    GridShape shape, index_t N, bool align_corners, bool border) {
+    GridShape shape, index_t N, Sampling mode) {
   const index_t n = blockIdx.x * index_t(kThreads) + threadIdx.x;
   if (n >= N) return;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
   const Cell<float, index_t> cell =
-      locate_cell<float, index_t>(points + 3 * n, shape, align_corners, border);
+      locate_cell<float, index_t>(points + 3 * n, shape, mode);
   float g[FC];
 #pragma unroll
   for (int c = 0; c < FC; ++c) g[c] = grad_out[n * FC + c];
