@@ -62,7 +62,7 @@ POINTS_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "file": ("path",),
 }
 POINT_FILE_SUFFIXES = (".npy", ".xyz", ".ply")
-INTERPOLATIONS = ("auto", "linear", "smoothstep")
+INTERPOLATIONS = ("linear", "smoothstep")
 
 
 @dataclass
@@ -196,10 +196,11 @@ class GridConfig:
     init_scale: float = _doc("Half-width (uniform) or std (normal) of the init.", 1e-4)
     padding: str = _doc("What points outside the box read: `zeros` or `border`.", "zeros")
     interpolation: str = _doc(
-        "Between voxels: `linear` (trilinear), `smoothstep` (weights from t^2 (3 - 2t) per "
-        "axis: a C1 field, but its gradient along an axis vanishes on the voxel planes normal "
-        "to it) or `auto` (sdf: smoothstep; field, nerf: linear). nerf: linear only.",
-        "auto",
+        "field, sdf: between voxels, `linear` (trilinear) or `smoothstep` (each axis weighted "
+        "by t^2 (3 - 2t): a C1 field, but its gradient along an axis vanishes on every voxel "
+        "plane normal to it; measured on the sdf torus: 11.5 degrees of normal error against "
+        "0.8 for linear). nerf: linear only.",
+        "linear",
     )
     backend: str = _doc(
         "nerf: `native` (VoxelGrid, grid.sample) or `grid_sample` (the same model on "
@@ -226,16 +227,16 @@ class TrainConfig:
     normal_weight: float = _doc(
         "sdf: weight of the normal term, the mean of |grad f - n|^2 over the surface points "
         "(the surface term, the mean of f^2 there, has weight 1).",
-        0.1,
+        0.01,
     )
     eikonal_weight: float = _doc(
         "sdf: weight of the eikonal term, the mean of (|grad f| - 1)^2 over uniform points "
         "in the box.",
-        0.1,
+        0.01,
     )
     eikonal_points: int = _doc(
         "sdf: uniform points in the box per step for the eikonal term (0: no eikonal term).",
-        65536,
+        32768,
     )
     upsample_steps: list[int] = _doc(
         "Coarse to fine: steps at which the grid is upsampled (increasing).", []

@@ -125,6 +125,7 @@ class FieldExperiment:
             init=c.grid.init,
             init_scale=c.grid.init_scale,
             padding=c.grid.padding,
+            interpolation=c.grid.interpolation,
             device=device,
         )
         self.optimizer = make_optimizer(self.model, c)

@@ -46,15 +46,15 @@ def zero_level_set(model: VoxelGrid, interpolation: str) -> Mesh:
     values = model.features[..., 0].detach().float().cpu().numpy()  # [X, Y, Z]
     if not (values.min() < 0 < values.max()):
         return Mesh.empty()
-    # The default gradient_direction="descent" orients the triangles' winding towards
-    # decreasing values (inside); reverse them so that their normals point outwards.
+    # With the default gradient_direction="descent" the triangles' winding (right hand)
+    # points towards increasing values: outwards for a signed distance (tested).
     index, faces, _, _ = marching_cubes(values, level=0.0, allow_degenerate=False)
     if interpolation == "smoothstep":
         index = _smoothstep_edges(index)
     lo, hi = (b.double().cpu().numpy() for b in model.bounds)
     spacing = (hi - lo) / (np.array(values.shape) - 1)
     vertices = lo + index.astype(np.float64) * spacing
-    return Mesh(vertices, faces[:, ::-1].astype(np.int64), field_normals(model, vertices))
+    return Mesh(vertices, faces.astype(np.int64), field_normals(model, vertices))
 
 
 def _smoothstep_edges(index: np.ndarray) -> np.ndarray:
