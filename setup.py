@@ -41,7 +41,9 @@ setup(
     install_requires=["torch>=2.11", "numpy", "tqdm"],
     extras_require={
         "train": ["matplotlib"],
-        "test": ["pytest", "matplotlib", "ninja"],
+        # the sdf experiment: marching cubes (mesh.ply, mesh.png, Chamfer) and .ply inputs
+        "sdf": ["matplotlib", "scikit-image", "plyfile"],
+        "test": ["pytest", "matplotlib", "ninja", "scikit-image", "plyfile"],
     },
     entry_points={"console_scripts": ["grid-train=train.__main__:main"]},
     ext_modules=[

@@ -91,6 +91,7 @@ class FieldExperiment:
 
     unit = "points"
     eval_name = "held-out"
+    train_metric = "train_mse"
 
     def __init__(
         self,
@@ -124,6 +125,7 @@ class FieldExperiment:
             init=c.grid.init,
             init_scale=c.grid.init_scale,
             padding=c.grid.padding,
+            interpolation=c.grid.interpolation,
             device=device,
         )
         self.optimizer = make_optimizer(self.model, c)
@@ -154,8 +156,9 @@ class FieldExperiment:
         loss = mse + c.train.tv_weight * self.model.total_variation() if c.train.tv_weight else mse
         return loss, mse
 
-    def batch_psnr(self, mse: float) -> float:
-        return psnr(mse, self.value_range)
+    def progress(self, value: float) -> dict[str, str]:
+        """The batch MSE and its PSNR, for the progress bar."""
+        return {"loss": f"{value:.2e}", "psnr": f"{psnr(value, self.value_range):.1f}"}
 
     def evaluate(self, train_seconds: float) -> dict[str, Any]:
         held_out = evaluate(self.model, self.eval_points, self.eval_values, self.world)
@@ -188,6 +191,12 @@ class FieldExperiment:
             "torch": common["torch"],
             "grid_ops": common["grid_ops"],
         }
+
+    def eval_line(self, quality: dict[str, Any]) -> str:
+        return f"{self.eval_name} mse {quality['mse']:.3e}  psnr {quality['psnr']:6.2f} dB"
+
+    def write_files(self, out: Path, summary: dict[str, Any]) -> None:
+        pass  # pictures only
 
     def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
         from .pictures import write_pictures

@@ -2,8 +2,9 @@
 
 What differs between experiments (the batch, the loss, the evaluation, the pictures) lives
 in one module per experiment, each a class with the methods of `Experiment`:
-`train.field` (a VoxelGrid against a target field) and `train.nerf` (a radiance field
-from posed images). This file holds only what they share.
+`train.field` (a VoxelGrid against a target field), `train.sdf` (a signed distance grid
+from an oriented point cloud) and `train.nerf` (a radiance field from posed images). This
+file holds only what they share.
 
 Run directory layout (all written by `run`; `rundir.RUN_FILES` lists them, and a new
 run refuses a directory holding them unless told to resume or overwrite it):
@@ -12,8 +13,10 @@ run refuses a directory holding them unless told to resume or overwrite it):
     metrics.jsonl     one JSON object per evaluation
     checkpoint.pt     model, optimiser, RNG and counters; written atomically
     summary.json      final numbers (written when the run completes)
-    *.png, *.gif      the experiment's pictures (field: slices.png, curves.png;
-                      nerf: test_views.png, curves.png, turntable.gif)
+    *.png, *.gif      the experiment's pictures (field: slices.png, curves.png; sdf:
+                      mesh.png, curves.png; nerf: test_views.png, curves.png,
+                      turntable.gif)
+    mesh.ply          sdf: the zero level set (with output.mesh)
 """
 
 from __future__ import annotations
@@ -52,23 +55,26 @@ RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units
 
 
 class Experiment(Protocol):
-    """What an experiment module provides to `run` (see train/field.py, train/nerf.py)."""
+    """What an experiment module provides to `run` (train/field.py, sdf.py, nerf.py)."""
 
     label: str  # progress-bar prefix
     unit: str  # what the batch counts ("points", "rays"): metrics key `<unit>_per_second`
     eval_name: str  # what evaluate() measures on, for the log line
+    train_metric: str  # metrics key of the batch value's mean ("train_mse", "train_loss")
     model: nn.Module  # has .resolution and state_dict(); saved in the checkpoint
     optimizer: torch.optim.Optimizer
 
     def learning_rate(self, step: int) -> float: ...  # reported in metrics.jsonl
     def begin_step(self, step: int) -> None: ...  # learning rates, maintenance
     def upsample(self, resolution: tuple[int, int, int]) -> None: ...
-    def loss(self) -> tuple[Tensor, Tensor]: ...  # (loss, batch MSE), draws the batch
-    def batch_psnr(self, mse: float) -> float: ...
+    def loss(self) -> tuple[Tensor, Tensor]: ...  # (loss, batch value), draws the batch
+    def progress(self, value: float) -> dict[str, str]: ...  # progress-bar numbers
     def evaluate(self, train_seconds: float) -> dict[str, Any]: ...  # mse, psnr, ...
+    def eval_line(self, quality: dict[str, Any]) -> str: ...  # evaluate()'s log line
     def state_dict(self) -> dict[str, Any]: ...  # extra checkpoint state
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def summary(self, common: dict[str, Any]) -> dict[str, Any]: ...
+    def write_files(self, out: Path, summary: dict) -> None: ...  # results besides pictures
     def write_pictures(self, out: Path, records: list[dict], summary: dict) -> None: ...
 
 
@@ -160,6 +166,10 @@ def make_experiment(
         from .nerf import NerfExperiment
 
         return NerfExperiment(config, device, gen, resolution, world)
+    if config.experiment == "sdf":
+        from .sdf import SdfExperiment
+
+        return SdfExperiment(config, device, gen, resolution, world)
     from .field import FieldExperiment
 
     return FieldExperiment(config, device, gen, resolution, world)
@@ -315,11 +325,10 @@ def run(
 
         if step % bar_every == 0 or step == end:
             now = time.perf_counter()
-            mse_now = mse.item()  # synchronises
+            value = mse.item()  # synchronises
             rate = batch * (step - bar_step) / max(time.perf_counter() - bar_time, 1e-9)
             bar.set_postfix(
-                loss=f"{mse_now:.2e}",
-                psnr=f"{exp.batch_psnr(mse_now):.1f}",
+                **exp.progress(value),
                 **{RATE_LABELS.get(exp.unit, exp.unit) + "_s": f"{rate:.3g}"},
                 refresh=False,
             )
@@ -340,7 +349,7 @@ def run(
             record = {
                 "step": step,
                 **quality,
-                "train_mse": (loss_sum / max(loss_count, 1)).item(),
+                exp.train_metric: (loss_sum / max(loss_count, 1)).item(),
                 "lr": exp.learning_rate(step - 1),
                 "resolution": list(model.resolution),
                 "seconds": seconds + time.perf_counter() - session_start,
@@ -352,8 +361,8 @@ def run(
             loss_count = 0
             if c.output.progress and world.is_main:
                 bar.write(
-                    f"step {step:>6}  {exp.eval_name} mse {quality['mse']:.3e}  "
-                    f"psnr {quality['psnr']:6.2f} dB  res {'x'.join(map(str, model.resolution))}"
+                    f"step {step:>6}  {exp.eval_line(quality)}  "
+                    f"res {'x'.join(map(str, model.resolution))}"
                 )
         if is_checkpoint:
             seconds += time.perf_counter() - session_start
@@ -384,6 +393,7 @@ def run(
     summary = exp.summary(common)  # every rank: its evaluation is split across them
     if world.is_main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        exp.write_files(out, summary)
         if c.output.pictures:
             exp.write_pictures(out, log.read(), summary)
     return summary

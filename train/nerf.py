@@ -116,6 +116,7 @@ class NerfExperiment:
 
     unit = "rays"
     eval_name = "test-view"
+    train_metric = "train_mse"
 
     def __init__(
         self,
@@ -209,8 +210,9 @@ class NerfExperiment:
             return mse + c.train.tv_weight * self.model.total_variation(), mse
         return mse, mse
 
-    def batch_psnr(self, mse: float) -> float:
-        return psnr(mse, 1.0)
+    def progress(self, value: float) -> dict[str, str]:
+        """The batch MSE and its PSNR, for the progress bar."""
+        return {"loss": f"{value:.2e}", "psnr": f"{psnr(value, 1.0):.1f}"}
 
     # ---- evaluation -----------------------------------------------------------------------
 
@@ -284,6 +286,12 @@ class NerfExperiment:
             "torch": common["torch"],
             "grid_ops": common["grid_ops"],
         }
+
+    def eval_line(self, quality: dict[str, Any]) -> str:
+        return f"{self.eval_name} mse {quality['mse']:.3e}  psnr {quality['psnr']:6.2f} dB"
+
+    def write_files(self, out: Path, summary: dict[str, Any]) -> None:
+        pass  # pictures only
 
     def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
         from .nerf_pictures import write_pictures

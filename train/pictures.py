@@ -120,6 +120,24 @@ def plot_mse(
     ax.set(xlabel="step", ylabel="MSE", title=title)
 
 
+def mark_upsamples(ax: Axes, config: Config) -> None:
+    """A dotted line at each upsample step, labelled with the new resolution."""
+    for step, res in zip(
+        config.train.upsample_steps, config.train.upsample_resolutions, strict=True
+    ):
+        ax.axvline(step, color="gray", linestyle=":", linewidth=1)
+        text = "x".join(map(str, res)) if isinstance(res, list) else f"{res}^3"
+        ax.annotate(
+            text,
+            (step, 1),
+            xycoords=("data", "axes fraction"),
+            fontsize=8,
+            xytext=(2, -10),
+            textcoords="offset points",
+            color="gray",
+        )
+
+
 def write_curves(
     path: Path, config: Config, records: list[dict[str, Any]], summary: dict[str, Any]
 ) -> None:
@@ -132,20 +150,7 @@ def write_curves(
     right.set(xlabel="step", ylabel="PSNR (dB)", title="held-out PSNR")
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
-        for step, res in zip(
-            config.train.upsample_steps, config.train.upsample_resolutions, strict=True
-        ):
-            ax.axvline(step, color="gray", linestyle=":", linewidth=1)
-            text = "x".join(map(str, res)) if isinstance(res, list) else f"{res}^3"
-            ax.annotate(
-                text,
-                (step, 1),
-                xycoords=("data", "axes fraction"),
-                fontsize=8,
-                xytext=(2, -10),
-                textcoords="offset points",
-                color="gray",
-            )
+        mark_upsamples(ax, config)
     left.legend(loc="lower left")
     if records:
         right.annotate(

@@ -21,6 +21,7 @@ RUN_MARKERS = ("checkpoint.pt", "metrics.jsonl", "summary.json", "config.toml")
 RUN_FILES = (
     *(*RUN_MARKERS, "checkpoint.pt.tmp", "curves.png"),
     *("slices.png",),  # field
+    *("mesh.ply", "mesh.png"),  # sdf
     *("test_views.png", "turntable.gif"),  # nerf
 )
 

@@ -1,0 +1,188 @@
+"""The zero level set of a grid as a triangle mesh, its PLY file, and distances to it.
+
+Marching cubes is scikit-image's (`skimage.measure.marching_cubes`, an optional
+dependency): a well-kept library does it better than code we would write. It runs on the
+grid's own voxel values, so every mesh vertex lies on a voxel edge, where the grid's
+field is one-dimensional: with linear interpolation the vertex marching cubes places
+there is exactly on the field's zero level set; with smoothstep interpolation it is moved
+along its edge to the exact zero (`_smoothstep_edges`). Between the vertices the
+triangles are flat, the field's zero set is not.
+
+Distances use scipy's k-d tree (scipy comes with scikit-image) and are exact:
+`distance_to_mesh` finds the nearest point on the triangles, not the nearest vertex.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grid.voxel_grid import VoxelGrid
+
+
+@dataclass
+class Mesh:
+    """vertices: [V, 3] world points (float64), faces: [T, 3] vertex indices (int64),
+    normals: [V, 3] unit normals (float64; zeros where not known)."""
+
+    vertices: np.ndarray
+    faces: np.ndarray
+    normals: np.ndarray
+
+    @staticmethod
+    def empty() -> Mesh:
+        return Mesh(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64), np.zeros((0, 3)))
+
+
+def zero_level_set(model: VoxelGrid, interpolation: str) -> Mesh:
+    """The zero level set of channel 0 of `model` by marching cubes over its voxels, in
+    world coordinates, with normals from the field's gradient (outward, towards f > 0).
+    Empty when the field does not change sign."""
+    from skimage.measure import marching_cubes  # optional: checked at start-up
+
+    values = model.features[..., 0].detach().float().cpu().numpy()  # [X, Y, Z]
+    if not (values.min() < 0 < values.max()):
+        return Mesh.empty()
+    # With the default gradient_direction="descent" the triangles' winding (right hand)
+    # points towards increasing values: outwards for a signed distance (tested).
+    index, faces, _, _ = marching_cubes(values, level=0.0, allow_degenerate=False)
+    if interpolation == "smoothstep":
+        index = _smoothstep_edges(index)
+    lo, hi = (b.double().cpu().numpy() for b in model.bounds)
+    spacing = (hi - lo) / (np.array(values.shape) - 1)
+    vertices = lo + index.astype(np.float64) * spacing
+    return Mesh(vertices, faces.astype(np.int64), field_normals(model, vertices))
+
+
+def _smoothstep_edges(index: np.ndarray) -> np.ndarray:
+    """Move marching-cubes vertices (voxel index space, [V, 3]) to the zero of the
+    smoothstep field on their edge.
+
+    A vertex sits on an edge between two voxels along one axis, at t = v0 / (v0 - v1),
+    the zero of the linear blend. The smoothstep field there is v0 + (v1 - v0) s(t') with
+    s(t) = t^2 (3 - 2t), zero at s(t') = t: t' = 1/2 - sin(asin(1 - 2t) / 3).
+    """
+    index = index.astype(np.float64)
+    base = np.floor(index)
+    frac = index - base  # one non-zero entry per row (or none, at a voxel)
+    t = frac.max(axis=1)
+    axis = frac.argmax(axis=1)
+    moved = 0.5 - np.sin(np.arcsin(np.clip(1 - 2 * t, -1, 1)) / 3)
+    out = index.copy()
+    out[np.arange(len(index)), axis] = base[np.arange(len(index)), axis] + moved
+    return out
+
+
+def field_normals(model: VoxelGrid, points: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """Unit gradients of channel 0 of `model` at world points [N, 3] -> [N, 3] (zeros where
+    the gradient vanishes)."""
+    device = model.features.device
+    out = np.zeros_like(points, dtype=np.float64)
+    for start in range(0, len(points), chunk):
+        x = torch.as_tensor(points[start : start + chunk], dtype=torch.float32, device=device)
+        x.requires_grad_(True)
+        with torch.enable_grad():
+            (g,) = torch.autograd.grad(model(x)[..., 0].sum(), x)
+        g = g.double()
+        g = g / g.norm(dim=1, keepdim=True).clamp_min(1e-30)
+        out[start : start + chunk] = g.cpu().numpy()
+    return out
+
+
+def write_ply(path: Path, mesh: Mesh) -> None:
+    """A binary little-endian PLY: vertices (x, y, z, nx, ny, nz as float) and triangles
+    (`vertex_indices`, a list of 3 ints). Meshes viewers read it; so does
+    `train.point_cloud.read_point_cloud`, as an oriented point cloud."""
+    vertex = np.empty(
+        len(mesh.vertices), dtype=[(n, "<f4") for n in ("x", "y", "z", "nx", "ny", "nz")]
+    )
+    for i, name in enumerate(("x", "y", "z")):
+        vertex[name] = mesh.vertices[:, i]
+        vertex["n" + name] = mesh.normals[:, i]
+    face = np.empty(len(mesh.faces), dtype=[("count", "u1"), ("index", "<i4", (3,))])
+    face["count"] = 3
+    face["index"] = mesh.faces
+    header = (
+        "ply\nformat binary_little_endian 1.0\ncomment zero level set, written by grid-train\n"
+        f"element vertex {len(vertex)}\n"
+        + "".join(f"property float {n}\n" for n in ("x", "y", "z", "nx", "ny", "nz"))
+        + f"element face {len(face)}\nproperty list uchar int vertex_indices\nend_header\n"
+    )
+    path.write_bytes(header.encode("ascii") + vertex.tobytes() + face.tobytes())
+
+
+# ---- distances --------------------------------------------------------------------------
+
+
+def distance_to_points(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """[Q] distances from each of queries [Q, 3] to the nearest of points [P, 3]."""
+    from scipy.spatial import cKDTree
+
+    distance, _ = cKDTree(points).query(queries, k=1)
+    return distance
+
+
+def distance_to_mesh(queries: np.ndarray, mesh: Mesh) -> np.ndarray:
+    """[Q] exact distances from queries [Q, 3] to the nearest point of the mesh's triangles.
+
+    The triangle whose centroid is nearest gives an upper bound d; every triangle that
+    could be nearer has its centroid within d + r of the query (r: the largest distance
+    from a centroid to its triangle's corners), so only those are measured."""
+    from scipy.spatial import cKDTree
+
+    corners = mesh.vertices[mesh.faces]  # [T, 3, 3]
+    centroids = corners.mean(axis=1)
+    reach = np.linalg.norm(corners - centroids[:, None], axis=2).max()
+    tree = cKDTree(centroids)
+    _, nearest = tree.query(queries, k=1)
+    bound = point_triangle_distance(queries, corners[nearest])
+    candidates = tree.query_ball_point(queries, bound + reach + 1e-12)
+    counts = np.array([len(c) for c in candidates])
+    rows = np.repeat(np.arange(len(queries)), counts)
+    tris = np.concatenate([np.asarray(c, dtype=np.int64) for c in candidates])
+    distance = point_triangle_distance(queries[rows], corners[tris])
+    best = bound.copy()
+    np.minimum.at(best, rows, distance)
+    return best
+
+
+def point_triangle_distance(p: np.ndarray, tri: np.ndarray) -> np.ndarray:
+    """[N] distances from points p [N, 3] to non-degenerate triangles tri [N, 3, 3] (row
+    by row): the closest point by the triangle's Voronoi regions (Ericson, Real-Time
+    Collision Detection, 5.1.5)."""
+    a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
+    ab, ac, ap = b - a, c - a, p - a
+
+    def dot(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return np.einsum("ij,ij->i", u, v)
+
+    d1, d2 = dot(ab, ap), dot(ac, ap)
+    bp, cp = p - b, p - c
+    d3, d4 = dot(ab, bp), dot(ac, bp)
+    d5, d6 = dot(ab, cp), dot(ac, cp)
+    va = d3 * d6 - d5 * d4
+    vb = d5 * d2 - d1 * d6
+    vc = d1 * d4 - d3 * d2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # inside the face: barycentric (u, v, w) = (va, vb, vc) / sum
+        total = va + vb + vc
+        closest = a + ab * (vb / total)[:, None] + ac * (vc / total)[:, None]
+        # the three edges (projection clamped to the segment)
+        edge_ab = a + ab * np.clip(d1 / (d1 - d3), 0, 1)[:, None]
+        edge_ac = a + ac * np.clip(d2 / (d2 - d6), 0, 1)[:, None]
+        bc = c - b
+        edge_bc = b + bc * np.clip((d4 - d3) / ((d4 - d3) + (d5 - d6)), 0, 1)[:, None]
+    regions = [
+        (d1 <= 0) & (d2 <= 0),  # vertex a
+        (d3 >= 0) & (d4 <= d3),  # vertex b
+        (d6 >= 0) & (d5 <= d6),  # vertex c
+        (vc <= 0) & (d1 >= 0) & (d3 <= 0),  # edge ab
+        (vb <= 0) & (d2 >= 0) & (d6 <= 0),  # edge ac
+        (va <= 0) & ((d4 - d3) >= 0) & ((d5 - d6) >= 0),  # edge bc
+    ]
+    choices = [a, b, c, edge_ab, edge_ac, edge_bc]
+    point = np.select([r[:, None] for r in regions], choices, default=closest)
+    return np.linalg.norm(p - point, axis=1)

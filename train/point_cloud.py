@@ -1,0 +1,307 @@
+"""Oriented point clouds: surface points with their normals, drawn from a shape or read.
+
+Two sources:
+
+* `sample_surface`: points drawn uniformly (by area) on the surface of an analytic shape
+  of `train.targets` (sphere, torus, box), with their exact normals; seeded, in float64.
+* `read_point_cloud`: a file, by suffix:
+  - `.npy`: a float or integer array of shape [N, 6], rows `x y z nx ny nz`, or a
+    structured array with (at least) the fields x, y, z, nx, ny, nz. Pickled objects
+    (a saved dict) are refused: loading them runs arbitrary code.
+  - `.xyz`: text, one point per line, `x y z nx ny nz` separated by spaces, tabs or
+    commas; blank lines and lines starting with `#` are skipped.
+  - `.ply`: ascii or binary (little or big endian), a `vertex` element with the
+    properties x, y, z, nx, ny, nz (any scalar types; other properties and elements, such
+    as a mesh's faces, are ignored). Read with plyfile, an optional dependency.
+
+Every problem with a file is an `InputFileError` naming it (and the config key that named
+it): no points, no normals, wrong columns, NaN or infinite values, zero-length normals.
+Normals are normalised to unit length. Points outside the grid's box are refused
+(`check_inside`): the grid cannot represent a surface beyond its box.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import POINTS_KIND_KEYS, PointsConfig
+from .errors import ConfigError, InputFileError, read_input
+from .targets import Box, Sphere, Target, Torus
+
+KEY = "points.path"  # the config key naming a point-cloud file
+FIELDS = ("x", "y", "z", "nx", "ny", "nz")
+#: Normals shorter than this (before normalising) carry no direction.
+MIN_NORMAL = 1e-12
+
+
+@dataclass
+class PointCloud:
+    """points: [N, 3], normals: [N, 3] of unit length (float32, same device)."""
+
+    points: Tensor
+    normals: Tensor
+
+    def __len__(self) -> int:
+        return self.points.shape[0]
+
+    def to(self, device: torch.device) -> PointCloud:
+        return PointCloud(self.points.to(device), self.normals.to(device))
+
+
+# ---- analytic shapes --------------------------------------------------------------------
+
+
+def shape_params(config: PointsConfig) -> dict[str, Any]:
+    """The keys of a [points] table that its kind reads, by name."""
+    return {k: getattr(config, k) for k in POINTS_KIND_KEYS[config.kind]}
+
+
+def exact_sdf(kind: str, params: dict[str, Any]) -> Target:
+    """The exact signed distance of the shape `kind` ("sphere", "torus", "box") of
+    `params` (as `shape_params` gives them): negative inside, zero on the surface."""
+    if kind == "sphere":
+        return Sphere(params["radius"], params["center"])
+    if kind == "torus":
+        return Torus(params["major_radius"], params["minor_radius"], params["center"])
+    if kind == "box":
+        return Box(params["half_size"], params["center"])
+    raise ValueError(f"points.kind: no exact SDF for {kind!r}")
+
+
+def sample_surface(kind: str, params: dict, n: int, gen: torch.Generator) -> PointCloud:
+    """n points uniform by area on the surface of `kind` ("sphere", "torus", "box"), with
+    their exact outward normals. `params` holds the shape's keys of [points] (radius,
+    major_radius, minor_radius, half_size, center); `gen` is a CPU generator: the same
+    seed gives the same points on every machine (drawn in float64)."""
+    center = torch.tensor(params["center"], dtype=torch.float64)
+    if kind == "sphere":
+        points, normals = _sphere(params["radius"], n, gen)
+    elif kind == "torus":
+        points, normals = _torus(params["major_radius"], params["minor_radius"], n, gen)
+    elif kind == "box":
+        points, normals = _box(params["half_size"], n, gen)
+    else:
+        raise ValueError(f"points.kind: no surface to sample for {kind!r}")
+    return PointCloud((points + center).float(), normals.float())
+
+
+def _sphere(radius: float, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    # A normalised Gaussian vector is uniform on the unit sphere.
+    normals = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+    normals = normals / normals.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    return radius * normals, normals
+
+
+def _torus(major: float, minor: float, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Torus around the z axis: angle u around the axis, v around the tube. The area
+    element is proportional to (major + minor cos v), so v is drawn by rejection."""
+    kept: list[Tensor] = []
+    count = 0
+    while count < n:
+        v = torch.rand(2 * n, generator=gen, dtype=torch.float64) * (2 * math.pi)
+        accept = torch.rand(2 * n, generator=gen, dtype=torch.float64) * (major + minor)
+        v = v[accept < major + minor * torch.cos(v)]
+        kept.append(v)
+        count += v.numel()
+    v = torch.cat(kept)[:n]
+    u = torch.rand(n, generator=gen, dtype=torch.float64) * (2 * math.pi)
+    cu, su, cv, sv = torch.cos(u), torch.sin(u), torch.cos(v), torch.sin(v)
+    normals = torch.stack([cv * cu, cv * su, sv], dim=1)
+    ring = torch.stack([major * cu, major * su, torch.zeros_like(u)], dim=1)
+    return ring + minor * normals, normals
+
+
+def _box(half: list[float], n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Axis-aligned box: a face picked with probability proportional to its area, then a
+    uniform point on it; the normal is the face's."""
+    h = torch.tensor(half, dtype=torch.float64)
+    areas = torch.stack([h[1] * h[2], h[0] * h[2], h[0] * h[1]]).repeat(2)  # +x,+y,+z,-x,..
+    face = torch.multinomial(areas, n, replacement=True, generator=gen)
+    axis, sign = face % 3, 1.0 - 2.0 * (face // 3).double()
+    points = (torch.rand(n, 3, generator=gen, dtype=torch.float64) * 2 - 1) * h
+    rows = torch.arange(n)
+    points[rows, axis] = sign * h[axis]
+    normals = torch.zeros(n, 3, dtype=torch.float64)
+    normals[rows, axis] = sign
+    return points, normals
+
+
+# ---- files ----------------------------------------------------------------------------------
+
+
+def read_point_cloud(path: str | Path, key: str = KEY) -> PointCloud:
+    """The oriented point cloud in `path` (.npy, .xyz or .ply; see the module docstring).
+
+    Raises InputFileError naming the file and `key` when it is missing, unreadable or
+    not an oriented point cloud."""
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix == ".npy":
+        array = read_input(file, lambda f: np.load(f, allow_pickle=False), ".npy array", key=key)
+        rows = _npy_rows(file, array, key)
+    elif suffix == ".xyz":
+        rows = _xyz_rows(file, read_input(file, Path.read_bytes, ".xyz file", key=key), key)
+    elif suffix == ".ply":
+        rows = _ply_rows(file, key)
+    else:
+        raise InputFileError(
+            file, f"unknown point-cloud format {suffix!r}; expected .npy, .xyz or .ply", key=key
+        )
+    return _oriented(file, rows, key)
+
+
+def _oriented(file: Path, rows: np.ndarray, key: str) -> PointCloud:
+    """[N, 6] float64 rows -> PointCloud, after checking them (unit normals)."""
+    if rows.shape[0] == 0:
+        raise InputFileError(file, "holds no points", key=key)
+    bad = ~np.isfinite(rows).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise InputFileError(
+            file,
+            f"{int(bad.sum())} points have NaN or infinite values (the first: point {first})",
+            key=key,
+        )
+    length = np.linalg.norm(rows[:, 3:], axis=1)
+    short = length < MIN_NORMAL
+    if short.any():
+        first = int(np.flatnonzero(short)[0])
+        raise InputFileError(
+            file,
+            f"{int(short.sum())} points have a zero-length normal (the first: point {first}); "
+            f"every point needs an orientation",
+            key=key,
+        )
+    points = torch.from_numpy(rows[:, :3]).float()
+    normals = torch.from_numpy(rows[:, 3:] / length[:, None]).float()
+    return PointCloud(points, normals)
+
+
+def _npy_rows(file: Path, array: np.ndarray, key: str) -> np.ndarray:
+    if array.dtype.names is not None:  # structured: pick the fields by name
+        missing = [f for f in FIELDS if f not in array.dtype.names]
+        if missing:
+            raise InputFileError(
+                file,
+                f"structured array without the field(s) {', '.join(missing)} (it has "
+                f"{', '.join(array.dtype.names)}); expected x, y, z, nx, ny, nz"
+                + ("; the normals are missing" if set(missing) & {"nx", "ny", "nz"} else ""),
+                key=key,
+            )
+        try:
+            return np.stack([array[f].astype(np.float64) for f in FIELDS], axis=1).reshape(-1, 6)
+        except (TypeError, ValueError) as error:
+            raise InputFileError(file, f"non-numeric fields ({error})", key=key) from None
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise InputFileError(file, f"expected a numeric array, got dtype {array.dtype}", key=key)
+    if array.ndim == 2 and array.shape[1] == 3:
+        raise InputFileError(
+            file,
+            f"shape {list(array.shape)}: points without normals; expected [N, 6] "
+            f"(x, y, z, nx, ny, nz per row)",
+            key=key,
+        )
+    if array.ndim != 2 or array.shape[1] != 6:
+        raise InputFileError(
+            file,
+            f"shape {list(array.shape)}; expected [N, 6] (x, y, z, nx, ny, nz per row) or a "
+            f"structured array with the fields x, y, z, nx, ny, nz",
+            key=key,
+        )
+    return array.astype(np.float64)
+
+
+def _xyz_rows(file: Path, data: bytes, key: str) -> np.ndarray:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(
+            file, "not a text file (expected x y z nx ny nz per line)", key=key
+        ) from None
+    rows: list[list[float]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = re.split(r"[\s,]+", line)
+        if len(parts) != 6:
+            what = "points without normals" if len(parts) == 3 else f"{len(parts)} values"
+            raise InputFileError(
+                file, f"line {number}: {what}; expected 6 values, x y z nx ny nz", key=key
+            )
+        try:
+            rows.append([float(v) for v in parts])
+        except ValueError:
+            raise InputFileError(
+                file, f"line {number}: not a number in {line[:60]!r}", key=key
+            ) from None
+    return np.array(rows, dtype=np.float64).reshape(-1, 6)
+
+
+# ---- PLY ------------------------------------------------------------------------------------
+
+
+def _ply_rows(file: Path, key: str) -> np.ndarray:
+    """The vertex element's x, y, z, nx, ny, nz, read with plyfile (ascii and binary of
+    either byte order; any scalar types; other elements and properties ignored)."""
+    import plyfile  # optional: checked at start-up (train/dependencies.py)
+
+    ply = read_input(file, lambda f: plyfile.PlyData.read(str(f)), ".ply file", key=key)
+    names = [e.name for e in ply.elements]
+    if "vertex" not in names:
+        raise InputFileError(
+            file, f"no 'vertex' element (it has: {', '.join(names) or 'none'})", key=key
+        )
+    vertex = ply["vertex"].data
+    missing = [f for f in FIELDS if f not in (vertex.dtype.names or ())]
+    if missing:
+        normals = " (the points have no normals)" if set(missing) & {"nx", "ny", "nz"} else ""
+        raise InputFileError(
+            file,
+            f"the vertex element lacks the properties {', '.join(missing)}{normals}; "
+            f"expected x, y, z, nx, ny, nz",
+            key=key,
+        )
+    try:
+        return np.stack([vertex[f].astype(np.float64) for f in FIELDS], axis=1).reshape(-1, 6)
+    except (TypeError, ValueError) as error:  # a list property named x, say
+        raise InputFileError(file, f"non-numeric vertex properties ({error})", key=key) from None
+
+
+# ---- the grid's box ---------------------------------------------------------------------
+
+
+def check_inside(cloud: PointCloud, bounds: list[list[float]], source: str) -> None:
+    """Refuse points outside the box `bounds` ([[xmin, ymin, zmin], [xmax, ymax, zmax]]).
+
+    `source` is the file's path (InputFileError) or "" for a shape of [points]
+    (ConfigError naming grid.bounds). The message proposes a box that holds them all."""
+    lo, hi = (torch.tensor(b, dtype=torch.float32) for b in bounds)
+    points = cloud.points.cpu()
+    outside = ((points < lo) | (points > hi)).any(dim=1)
+    if not outside.any():
+        return
+    first = int(outside.nonzero()[0, 0])
+    low, high = points.min(dim=0).values, points.max(dim=0).values
+    margin = 0.05 * (high - low).max().item()
+    box = [
+        [round(v - margin, 3) for v in low.tolist()],
+        [round(v + margin, 3) for v in high.tolist()],
+    ]
+    where = ", ".join(f"{v:.4g}" for v in points[first].tolist())
+    problem = (
+        f"{int(outside.sum())} of the {len(cloud)} points lie outside grid.bounds = "
+        f"{bounds} (the first: point {first} at ({where})); set grid.bounds to a box that "
+        f"holds them, e.g. {box}"
+    )
+    if source:
+        raise InputFileError(source, problem, key=KEY)
+    raise ConfigError(f"grid.bounds: {problem}")

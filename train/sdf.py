@@ -1,0 +1,264 @@
+"""The sdf experiment: a signed distance grid fitted to an oriented point cloud.
+
+Only the surface is given (points and their outward normals, `[points]`), never the
+distance anywhere else. Each step draws `train.batch_size` of the surface points and
+`train.eikonal_points` uniform points in the box, takes the field's gradient at all of
+them with `torch.autograd.grad(..., create_graph=True)` and minimises
+
+    mean_surface f^2  +  normal_weight * mean_surface |grad f - n|^2
+                      +  eikonal_weight * mean_uniform (|grad f| - 1)^2
+
+(+ `train.tv_weight` x total variation), so f = 0 on the points, its gradient is the
+normal there, and it grows at unit rate everywhere (a distance). f is negative inside.
+The grid interpolates with `grid.interpolation` (linear by default: a smoothstep grid is
+C1, but its gradient vanishes on the voxel planes, which costs it its normals).
+
+Evaluation (`evaluate`), against the exact shape where [points] is one, else against the
+input points themselves (`train.sdf_eval`). The mesh is the zero level set by marching
+cubes (`train.mesh`). Pictures: mesh.png, curves.png (`train.sdf_pictures`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from grid.voxel_grid import VoxelGrid
+
+from .config import Config, as_resolution
+from .distributed import SINGLE, World
+from .errors import ConfigError
+from .field import learning_rate, make_optimizer, uniform_points
+from .mesh import Mesh, write_ply
+from .point_cloud import (
+    PointCloud,
+    check_inside,
+    read_point_cloud,
+    sample_surface,
+    shape_params,
+)
+from .sdf_eval import Evaluation
+
+
+def final_resolution(config: Config) -> tuple[int, int, int]:
+    """The resolution after the last upsample (or the starting one)."""
+    res = config.train.upsample_resolutions
+    return as_resolution(res[-1] if res else config.grid.resolution, "grid.resolution")
+
+
+def load_points(config: Config) -> PointCloud:
+    """The oriented points of `[points]` (CPU): drawn on the shape or read from the file;
+    refused (naming the key or the file) when any lies outside `grid.bounds`."""
+    p = config.points
+    if p.kind == "file":
+        cloud = read_point_cloud(p.path)
+    else:
+        gen = torch.Generator().manual_seed(p.seed)
+        cloud = sample_surface(p.kind, shape_params(p), p.count, gen)
+    check_inside(cloud, config.grid.bounds, p.path if p.kind == "file" else "")
+    return cloud
+
+
+#: The points init measures distances to at most this many of the points (a random subset)
+INIT_POINTS = 1 << 15
+#: ... and signs each voxel by this many nearest points.
+INIT_NEIGHBOURS = 8
+
+
+@torch.no_grad()
+def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> None:
+    """Set every voxel to its distance to the nearest point of the cloud, negative where
+    its nearest points' normals face away from it (the voxel is behind the surface).
+
+    The sign is that of the mean over the INIT_NEIGHBOURS nearest points of (x - p) . n:
+    the nearest point alone fails near corners, where a far voxel's nearest point can lie
+    on a face that the voxel is behind although it is outside. The field then starts with
+    the right sign everywhere, so no spurious surface has to be swept away where the
+    points say nothing: a zero start leaves such sheets, a local minimum of the eikonal
+    term. Measured against a random subset of at most INIT_POINTS points (`gen`), by
+    brute force in chunks (the start grid is coarse)."""
+    points, normals = cloud.points, cloud.normals
+    if len(cloud) > INIT_POINTS:
+        pick = torch.randperm(len(cloud), generator=gen, device=gen.device)[:INIT_POINTS]
+        points, normals = points[pick.to(points.device)], normals[pick.to(points.device)]
+    lo, hi = model.bounds.tolist()
+    axes = [
+        torch.linspace(a, b, n, device=points.device)
+        for a, b, n in zip(lo, hi, model.resolution, strict=True)
+    ]
+    nodes = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
+    values = torch.empty(nodes.shape[0], device=points.device)
+    k = min(INIT_NEIGHBOURS, len(points))
+    for start in range(0, nodes.shape[0], 256):
+        x = nodes[start : start + 256]  # [C, 3]
+        distance, nearest = torch.cdist(x, points).topk(k, dim=1, largest=False)  # [C, k]
+        side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
+        values[start : start + 256] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
+    model.features.copy_(values.reshape(model.features.shape))
+
+
+def sdf_losses(
+    model: VoxelGrid, surface: Tensor, normals: Tensor, uniform: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(surface, normal, eikonal) terms, each a mean, differentiable w.r.t. the grid.
+
+    surface: [B, 3] points on the surface, normals: [B, 3] their unit normals, uniform:
+    [E, 3] points in the box (E may be 0: the eikonal term is then 0). One grid call for
+    all points; the gradient w.r.t. the points keeps its graph (double backward)."""
+    x = torch.cat([surface, uniform]).requires_grad_(True)
+    f = model(x)[..., 0]  # [B + E]
+    (g,) = torch.autograd.grad(f.sum(), x, create_graph=True)  # [B + E, 3]
+    b = surface.shape[0]
+    surface_term = f[:b].square().mean()
+    normal_term = (g[:b] - normals).square().sum(dim=1).mean()
+    if uniform.shape[0] == 0:
+        return surface_term, normal_term, torch.zeros_like(surface_term)
+    # sqrt(|g|^2 + tiny): |g| has no derivative at g = 0, where a zero grid starts
+    length = (g[b:].square().sum(dim=1) + 1e-20).sqrt()
+    return surface_term, normal_term, (length - 1).square().mean()
+
+
+class SdfExperiment:
+    """Fit a one-channel VoxelGrid to the points of `config.points` (module docstring)."""
+
+    unit = "points"
+    eval_name = "surface"
+    train_metric = "train_loss"
+
+    def __init__(
+        self,
+        config: Config,
+        device: torch.device,
+        gen: torch.Generator,
+        resolution: tuple[int, int, int] | None,
+        world: World = SINGLE,
+    ) -> None:
+        c = self.config = config
+        self.device, self.gen, self.world = device, gen, world
+        if c.train.eikonal_points % world.size:
+            raise ConfigError(
+                f"train.eikonal_points: {c.train.eikonal_points} points do not split into "
+                f"{world.size} equal shares (torchrun started {world.size} processes)"
+            )
+        # this rank's rows of every batch (all of them in a single process)
+        self.rows = world.share(c.train.batch_size)
+        self.uniform_rows = world.share(c.train.eikonal_points)
+        self.lo, self.hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
+        self.cloud = load_points(c).to(device)
+        self.interpolation = c.grid.interpolation
+        self.label = f"sdf {c.points.kind}"
+        self.evaluation = Evaluation(c, self.cloud, final_resolution(c), device, world)
+        torch.manual_seed(c.seed)
+        self.model = VoxelGrid(
+            resolution or as_resolution(c.grid.resolution, "grid.resolution"),
+            1,
+            c.grid.bounds,
+            init="zeros" if c.grid.init == "points" else c.grid.init,
+            init_scale=c.grid.init_scale,
+            padding=c.grid.padding,
+            interpolation=self.interpolation,
+            device=device,
+        )
+        if c.grid.init == "points":
+            points_init(self.model, self.cloud, torch.Generator().manual_seed(c.seed))
+        self.optimizer = make_optimizer(self.model, c)
+        self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
+        self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
+
+    def learning_rate(self, step: int) -> float:
+        return learning_rate(self.config, step)
+
+    def begin_step(self, step: int) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.config, step)
+
+    def upsample(self, resolution: tuple[int, int, int]) -> None:
+        c = self.config
+        if c.train.upsample_moments == "reset":
+            self.model.upsample(resolution)
+            self.optimizer = make_optimizer(self.model, c)
+        else:
+            rescale = c.train.upsample_moments == "rescale"
+            self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)
+
+    def loss(self) -> tuple[Tensor, Tensor]:
+        """(loss, loss): the weighted sum of the terms on this step's batch. The whole
+        batch's random numbers are drawn on every rank; each keeps its rows."""
+        t = self.config.train
+        index = torch.randint(
+            len(self.cloud), (t.batch_size,), generator=self.gen, device=self.device
+        )[self.rows]
+        uniform = uniform_points(t.eikonal_points, self.lo, self.hi, self.gen)[self.uniform_rows]
+        terms = sdf_losses(self.model, self.cloud.points[index], self.cloud.normals[index], uniform)
+        surface, normal, eikonal = terms
+        loss = surface + t.normal_weight * normal + t.eikonal_weight * eikonal
+        if t.tv_weight:
+            loss = loss + t.tv_weight * self.model.total_variation()
+        self.terms = torch.stack(terms).detach()
+        return loss, loss.detach()
+
+    def progress(self, loss: float) -> dict[str, str]:
+        surface, normal, eikonal = self.terms.tolist()
+        return {
+            "loss": f"{loss:.2e}",
+            "f2": f"{surface:.1e}",
+            "normal": f"{normal:.1e}",
+            "eik": f"{eikonal:.1e}",
+        }
+
+    def evaluate(self, train_seconds: float) -> dict[str, Any]:
+        # The summary evaluates the grid the last step's evaluation saw: measured once.
+        version = (self.model.features._version, self.model.resolution)
+        if self.last is None or self.last[0] != version:
+            self.last = (version, self.evaluation(self.model, self.interpolation))
+        return dict(self.last[1])
+
+    def eval_line(self, quality: dict[str, Any]) -> str:
+        return self.evaluation.line(quality)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def summary(self, common: dict[str, Any]) -> dict[str, Any]:
+        c, e = self.config, self.evaluation
+        quality = self.evaluate(common["train_seconds"])
+        mesh = e.mesh
+        return {
+            **quality,
+            "steps": common["steps"],
+            "seconds": common["seconds"],
+            "train_seconds": common["train_seconds"],
+            "points_per_second": common["per_second"],
+            "device": common["device"],
+            "points": c.points.kind if c.points.kind != "file" else c.points.path,
+            "point_count": len(self.cloud),
+            "reference": e.reference,
+            "band": e.band,
+            "box_size": e.box_size,
+            "interpolation": self.interpolation,
+            "resolution": list(self.model.resolution),
+            "parameters": self.model.features.numel(),
+            "batch_size": c.train.batch_size,
+            "eikonal_points": c.train.eikonal_points,
+            "processes": common["processes"],
+            "mesh_vertices": len(mesh.vertices) if mesh is not None else None,
+            "mesh_faces": len(mesh.faces) if mesh is not None else None,
+            "torch": common["torch"],
+            "grid_ops": common["grid_ops"],
+        }
+
+    def write_files(self, out: Path, summary: dict[str, Any]) -> None:
+        """mesh.ply, the last evaluation's zero level set (with output.mesh)."""
+        if self.config.output.mesh:
+            write_ply(out / "mesh.ply", self.evaluation.mesh or Mesh.empty())
+
+    def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
+        from .sdf_pictures import write_pictures
+
+        write_pictures(out, self.config, self.evaluation.mesh, records, summary)
