@@ -86,7 +86,32 @@ def evaluate(model: VoxelGrid, points: Tensor, values: Tensor, world: World = SI
     return world.all_sum(torch.tensor(total, dtype=torch.float64, device=points.device)).item() / n
 
 
-class FieldExperiment:
+class GridSchedule:
+    """The learning-rate schedule and coarse-to-fine upsampling of one VoxelGrid (`model`)
+    trained by Adam (`optimizer`) under `config`: shared by the field and sdf experiments."""
+
+    config: Config
+    model: VoxelGrid
+    optimizer: torch.optim.Adam
+
+    def learning_rate(self, step: int) -> float:
+        return learning_rate(self.config, step)
+
+    def begin_step(self, step: int) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.config, step)
+
+    def upsample(self, resolution: tuple[int, int, int]) -> None:
+        c = self.config
+        if c.train.upsample_moments == "reset":
+            self.model.upsample(resolution)
+            self.optimizer = make_optimizer(self.model, c)
+        else:
+            rescale = c.train.upsample_moments == "rescale"
+            self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)
+
+
+class FieldExperiment(GridSchedule):
     """Fit a one-channel VoxelGrid to `config.target` (see the module docstring)."""
 
     unit = "points"
@@ -129,22 +154,6 @@ class FieldExperiment:
             device=device,
         )
         self.optimizer = make_optimizer(self.model, c)
-
-    def learning_rate(self, step: int) -> float:
-        return learning_rate(self.config, step)
-
-    def begin_step(self, step: int) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.config, step)
-
-    def upsample(self, resolution: tuple[int, int, int]) -> None:
-        c = self.config
-        if c.train.upsample_moments == "reset":
-            self.model.upsample(resolution)
-            self.optimizer = make_optimizer(self.model, c)
-        else:
-            rescale = c.train.upsample_moments == "rescale"
-            self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss to minimise, MSE of the batch) for one step."""

@@ -31,7 +31,7 @@ from grid.voxel_grid import VoxelGrid
 from .config import Config, as_resolution
 from .distributed import SINGLE, World
 from .errors import ConfigError
-from .field import learning_rate, make_optimizer, uniform_points
+from .field import GridSchedule, make_optimizer, uniform_points
 from .mesh import Mesh, write_ply
 from .point_cloud import (
     PointCloud,
@@ -121,7 +121,7 @@ def sdf_losses(
     return surface_term, normal_term, (length - 1).square().mean()
 
 
-class SdfExperiment:
+class SdfExperiment(GridSchedule):
     """Fit a one-channel VoxelGrid to the points of `config.points` (module docstring)."""
 
     unit = "points"
@@ -167,22 +167,6 @@ class SdfExperiment:
         self.optimizer = make_optimizer(self.model, c)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
-
-    def learning_rate(self, step: int) -> float:
-        return learning_rate(self.config, step)
-
-    def begin_step(self, step: int) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.config, step)
-
-    def upsample(self, resolution: tuple[int, int, int]) -> None:
-        c = self.config
-        if c.train.upsample_moments == "reset":
-            self.model.upsample(resolution)
-            self.optimizer = make_optimizer(self.model, c)
-        else:
-            rescale = c.train.upsample_moments == "rescale"
-            self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss, loss): the weighted sum of the terms on this step's batch. The whole
