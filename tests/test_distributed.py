@@ -94,7 +94,7 @@ def records(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The two-rank commands, run once; returns (directory, per-rank records, models)."""
-    from train.nerf_scene import generate_scene
+    from train.nerf.generate import generate_scene
 
     d = tmp_path_factory.mktemp("ddp")
     scene = generate_scene(d / "scene", size=24, n_train=12, n_test=2)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train.nerf_model import VoxelNeRF, composite_weights, positional_encoding, ray_box
+from train.nerf.model import VoxelNeRF, composite_weights, positional_encoding, ray_box
 
 BOUNDS = ((-1.5, -1.5, -1.5), (1.5, 1.5, 1.5))
 

@@ -9,18 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from train import nerf_scene
-from train.blender import Views, camera_rays, load_blender
-from train.nerf_scene import (
-    SCENE_BOUNDS,
-    STEP,
-    box_interval,
-    camera_poses,
-    ensure_scene,
-    generate_scene,
-    render_rays,
-    scene_field,
-)
+from train.nerf import generate, scene
+from train.nerf.blender import Views, camera_rays, load_blender
+from train.nerf.generate import camera_poses, ensure_scene, generate_scene
+from train.nerf.scene import SCENE_BOUNDS, STEP, box_interval, render_rays, scene_field
 
 TINY = {"size": 16, "n_train": 3, "n_val": 2, "n_test": 2, "seed": 3}
 
@@ -63,7 +55,7 @@ def test_layout_is_the_blender_layout(tiny):
     with Image.open(tiny / "train" / "r_2.png") as image:
         assert image.mode == "RGBA" and image.size == (16, 16)
     scene = json.loads((tiny / "scene.json").read_text())
-    assert scene["version"] == nerf_scene.VERSION and scene["size"] == 16
+    assert scene["version"] == generate.VERSION and scene["size"] == 16
     assert scene["seed"] == 3 and scene["bounds"] == [list(b) for b in SCENE_BOUNDS]
     for split, n in (("train", 3), ("val", 2), ("test", 2)):
         views = load_blender(tiny, split)
@@ -129,7 +121,7 @@ def test_pixels_equal_a_direct_render_of_their_rays(tiny):
 def test_halving_the_step_changes_images_by_well_under_half_a_level():
     poses = camera_poses(2, 1, 1, seed=0)["train"]
     size = 24
-    focal = 0.5 * size / math.tan(0.5 * nerf_scene.CAMERA_ANGLE_X)
+    focal = 0.5 * size / math.tan(0.5 * generate.CAMERA_ANGLE_X)
     views = Views(torch.empty(0), poses.float(), focal, size, size, ["", ""])
     origins, directions = (x.reshape(-1, 3) for x in camera_rays(views))
     coarse, alpha_coarse = render_rays(origins, directions, step=STEP)
@@ -154,21 +146,21 @@ def test_field_is_zero_outside_the_bounds_and_sharp_inside():
     inside = (torch.rand(200000, 3, generator=gen) * 2 - 1) * 1.5
     sigma, rgb = scene_field(inside, dirs.repeat(10, 1))
     occupied = (sigma > 0).float().mean()
-    assert 0.01 < occupied < 0.2 and sigma.max() == pytest.approx(nerf_scene.SIGMA * 2, rel=0.5)
-    transition = ((sigma > 0) & (sigma < 0.99 * nerf_scene.SIGMA)).float().mean()
+    assert 0.01 < occupied < 0.2 and sigma.max() == pytest.approx(scene.SIGMA * 2, rel=0.5)
+    transition = ((sigma > 0) & (sigma < 0.99 * scene.SIGMA)).float().mean()
     assert transition < 0.3 * occupied  # most occupied space is solid, not a soft blob
     assert ((rgb >= 0) & (rgb <= 1)).all()
 
 
 def test_colour_depends_on_the_view_direction():
     # a point on the big sphere's surface, seen along two directions
-    centre, radius = torch.tensor(nerf_scene.SPHERES["centres"][0]), nerf_scene.SPHERES["radii"][0]
+    centre, radius = torch.tensor(scene.SPHERES["centres"][0]), scene.SPHERES["radii"][0]
     normal = torch.nn.functional.normalize(torch.tensor([1.0, 0.5, 0.0]), dim=0)
     point = centre + radius * normal
-    light = torch.nn.functional.normalize(torch.tensor(nerf_scene.LIGHT), dim=0)
+    light = torch.nn.functional.normalize(torch.tensor(scene.LIGHT), dim=0)
     mirror = light - 2 * (light @ normal) * normal  # incoming along this, reflects to the light
     sigma, rgb = scene_field(torch.stack([point, point]), torch.stack([mirror, -normal]))
-    assert sigma[0] > 0.4 * nerf_scene.SIGMA and sigma[0] == sigma[1]
+    assert sigma[0] > 0.4 * scene.SIGMA and sigma[0] == sigma[1]
     assert (rgb[0] - rgb[1]).abs().min() > 0.2  # the highlight
 
 
@@ -206,10 +198,10 @@ def test_bad_arguments(tmp_path, kwargs, message):
 def test_command_line(tmp_path, capsys):
     out = tmp_path / "cli"
     argv = ["--out", str(out), "--size", "8", "--train", "2", "--val", "1", "--test", "1"]
-    assert nerf_scene.main(argv) == 0
+    assert generate.main(argv) == 0
     assert "4 views of 8x8" in capsys.readouterr().out
     assert len(load_blender(out, "train")) == 2
-    assert nerf_scene.main(["--out", str(out), "--size", "0"]) == 2
+    assert generate.main(["--out", str(out), "--size", "0"]) == 2
     assert "size must be" in capsys.readouterr().err
 
 
@@ -217,7 +209,7 @@ def test_an_interrupted_generation_leaves_nothing(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(nerf_scene, "render_views", broken)
+    monkeypatch.setattr(generate, "render_views", broken)
     with pytest.raises(RuntimeError, match="interrupted"):
         generate_scene(tmp_path / "s", **TINY)
     assert list(tmp_path.iterdir()) == []

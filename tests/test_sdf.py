@@ -15,7 +15,7 @@ import torch
 from train.__main__ import main
 from train.config import ConfigError, load_config, to_dict
 from train.errors import InputFileError
-from train.point_cloud import read_point_cloud, sample_surface
+from train.sdf.points import read_point_cloud, sample_surface
 from train.rundir import RUN_FILES
 
 from .test_train import final_state, one_line_error, sets, without_timing
@@ -163,7 +163,7 @@ def test_bad_files_are_named_with_the_problem(tmp_path, problem, message):
 
 
 def test_shape_samples_lie_on_the_surface_with_exact_normals():
-    from train.point_cloud import exact_sdf
+    from train.sdf.points import exact_sdf
 
     params = {
         "torus": {"major_radius": 0.55, "minor_radius": 0.2, "center": [0.1, 0, 0]},
@@ -358,7 +358,7 @@ def test_missing_plyfile_is_named_for_a_ply_input(tmp_path, capsys, monkeypatch)
 
 
 def test_distance_to_mesh_is_exact():
-    from train.mesh import Mesh, distance_to_mesh, point_triangle_distance
+    from train.sdf.mesh import Mesh, distance_to_mesh, point_triangle_distance
 
     rng = np.random.default_rng(0)
     vertices = rng.normal(size=(300, 3))
@@ -379,7 +379,7 @@ def test_distance_to_mesh_is_exact():
 @pytest.mark.parametrize("interpolation", ["linear", "smoothstep"])
 def test_mesh_vertices_lie_on_the_fields_zero_set(interpolation):
     from grid import VoxelGrid
-    from train.mesh import zero_level_set
+    from train.sdf.mesh import zero_level_set
 
     model = VoxelGrid(9, 1, init="zeros", interpolation=interpolation)
     lin = torch.linspace(-1, 1, 9)
@@ -401,7 +401,7 @@ def test_mesh_vertices_lie_on_the_fields_zero_set(interpolation):
 
 def test_the_loss_terms_vanish_for_an_exact_plane():
     from grid import VoxelGrid
-    from train.sdf import sdf_losses
+    from train.sdf.experiment import sdf_losses
 
     model = VoxelGrid(5, 1, init="zeros")
     lin = torch.linspace(-1, 1, 5)

@@ -124,6 +124,10 @@ def test_resolved_config_round_trips_and_shipped_configs_load(tmp_path):
     for shipped in sorted(Path(__file__).parent.parent.glob("configs/*.toml")):
         load_config(shipped, ["device=cpu"])
     assert "`train.steps`" in reference_table()
+    # README's config reference is the generated table, every row of it
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    missing = [row for row in reference_table().splitlines() if row not in readme]
+    assert not missing, f"README.md's config reference is out of date: {missing[:3]}"
 
 
 # ---- runs ----------------------------------------------------------------------------------
@@ -213,7 +217,7 @@ def test_npy_target(tmp_path, axes):
 
 
 def test_npy_target_values_follow_the_axis_order(tmp_path):
-    from train.targets import Volume
+    from train.field.targets import Volume
 
     field = np.random.default_rng(0).random((3, 4, 5)).astype(np.float32)  # [X, Y, Z]
     np.save(tmp_path / "xyz.npy", field)
@@ -229,7 +233,7 @@ def test_npy_target_values_follow_the_axis_order(tmp_path):
 
 
 def test_sdf_targets_and_surface_sampling():
-    from train.targets import Box, Sphere, Torus
+    from train.shapes import Box, Sphere, Torus
 
     lo, hi = torch.full((3,), -1.0), torch.full((3,), 1.0)
     sphere = Sphere(0.5, [0.1, 0.0, 0.0])

@@ -1,18 +1,21 @@
-"""Config-driven training with `grid.VoxelGrid`: a grid fitted to a target field, or a
-radiance field (NeRF) from posed images.
+"""Config-driven training with `grid.VoxelGrid`: a grid fitted to a target field, a signed
+distance grid fitted to points, or a radiance field (NeRF) from posed images.
 
     python -m train --config configs/default.toml [--set key=value ...] [--out DIR]
     python -m train --config configs/nerf_scene.toml
 
-Modules: `config` (schema, parsing, validation), `loop` (the loop skeleton, checkpoints),
-one module per experiment: `field` (with `targets`, `pictures`) and `nerf` (with
-`nerf_model`, the VoxelNeRF model; `nerf_pictures`; `blender`, the Blender-format reader;
-`nerf_scene`, the shipped procedural scene), `metrics` (PSNR, metrics.jsonl), `errors`
-(the one-line errors, exit code 2, and `read_input` for every file read), `rundir` (when
-a run may start in a directory; what `--overwrite` deletes), `dependencies` (optional
-packages checked at start-up).
-`train.loop` imports `grid`, which builds the native ops on first use; the other
-modules do not, so config, file, run-directory and dependency errors come back at once.
+Shared machinery (knows no experiment by name): `loop` (the loop skeleton, checkpoints),
+`config` (the whole schema, parsing, validation, writing), `schema` (the vocabulary of
+tables and `ExperimentSpec`), `experiments` (the registry: name -> package), `errors` (the
+one-line errors, exit code 2, `read_input` for every file read), `rundir` (when a run may
+start in a directory; what `--overwrite` deletes), `dependencies` (optional packages
+checked at start-up), `distributed` (torchrun), `metrics` (PSNR, metrics.jsonl),
+`pictures` (common plotting), `grid_schedule` (learning rate and upsampling of one grid),
+`shapes` (analytic signed distances).
+One package per experiment, each holding its tables, data, model, evaluation and pictures:
+`field/`, `sdf/`, `nerf/`.
+`train.loop` imports `grid`, which builds the native ops on first use; the config, file,
+run-directory and dependency checks do not, so their errors come back at once.
 """
 
 from .config import Config, ConfigError, load_config

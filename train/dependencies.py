@@ -49,32 +49,13 @@ def require(
 
 
 def check_dependencies(config: Config) -> None:
-    """Raise MissingDependencyError if a feature the config turns on lacks its package."""
-    if config.experiment == "nerf":
-        require(
-            "PIL",
-            key="experiment",
-            needs="radiance fields (their PNG images)",
-            install=INSTALL_TRAIN,
-        )
-    if config.experiment == "sdf":
-        if config.output.mesh:
-            require(
-                "skimage",
-                package="scikit-image",
-                key="output.mesh",
-                needs="the mesh (marching cubes: mesh.ply, mesh.png) and the Chamfer distances",
-                install=INSTALL_SDF,
-                turn_off="--set output.mesh=false",
-            )
-        p = config.points
-        if p.kind == "file" and p.path.lower().endswith(".ply"):
-            require(
-                "plyfile",
-                key="points.path",
-                needs=".ply point clouds (use .npy or .xyz without it)",
-                install=INSTALL_SDF,
-            )
+    """Raise MissingDependencyError if a feature the config turns on lacks its package:
+    the experiment's own first (its spec's `dependencies`), then the pictures'."""
+    from .experiments import specs  # the experiments import `require` from here
+
+    own = specs()[config.experiment].dependencies
+    if own is not None:
+        own(config)
     if config.output.pictures:
         require(
             "matplotlib",

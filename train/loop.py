@@ -1,10 +1,8 @@
 """The fitting loop skeleton: draw a batch, loss, Adam, evaluate, checkpoint, resume.
 
 What differs between experiments (the batch, the loss, the evaluation, the pictures) lives
-in one module per experiment, each a class with the methods of `Experiment`:
-`train.field` (a VoxelGrid against a target field), `train.sdf` (a signed distance grid
-from an oriented point cloud) and `train.nerf` (a radiance field from posed images). This
-file holds only what they share.
+in one package per experiment (`train/<name>/`, found through `train.experiments`), whose
+class has the methods of `Experiment`. This file holds only what they share.
 
 Run directory layout (all written by `run`; `rundir.RUN_FILES` lists them, and a new
 run refuses a directory holding them unless told to resume or overwrite it):
@@ -13,10 +11,8 @@ run refuses a directory holding them unless told to resume or overwrite it):
     metrics.jsonl     one JSON object per evaluation
     checkpoint.pt     model, optimiser, RNG and counters; written atomically
     summary.json      final numbers (written when the run completes)
-    *.png, *.gif      the experiment's pictures (field: slices.png, curves.png; sdf:
-                      mesh.png, curves.png; nerf: test_views.png, curves.png,
-                      turntable.gif)
-    mesh.ply          sdf: the zero level set (with output.mesh)
+    *.png, *.gif      the experiment's pictures
+    other files       what the experiment's `write_files` writes (`rundir.RUN_FILES`)
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from tqdm import tqdm
 
 import grid
 
-from . import distributed
+from . import distributed, experiments
 from .config import Config, as_resolution, load_config, to_dict, to_toml
 from .dependencies import check_dependencies
 from .distributed import World
@@ -55,7 +51,7 @@ RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units
 
 
 class Experiment(Protocol):
-    """What an experiment module provides to `run` (train/field.py, sdf.py, nerf.py)."""
+    """What an experiment's class provides to `run` (`train/<name>/experiment.py`)."""
 
     label: str  # progress-bar prefix
     unit: str  # what the batch counts ("points", "rays"): metrics key `<unit>_per_second`
@@ -134,7 +130,7 @@ def load_checkpoint(out_dir: Path, kind: str | None = None) -> dict[str, Any]:
             f"checkpoint format {version!r}, but this version of grid-train reads formats "
             f"1 to {CHECKPOINT_FORMAT} (written by a newer grid-train?)",
         )
-    found = state.get("kind", "field")
+    found = state.get("kind", experiments.FORMAT_1_KIND)
     if kind is not None and found != kind:
         raise InputFileError(
             path, f"a checkpoint of a {found!r} experiment, but this run is a {kind!r} one"
@@ -160,19 +156,10 @@ def make_experiment(
     resolution: tuple[int, int, int] | None,
     world: World = distributed.SINGLE,
 ) -> Experiment:
-    """The experiment module `config.experiment` names (imported on first use); under
-    torchrun it trains on this rank's share of each batch (`world`)."""
-    if config.experiment == "nerf":
-        from .nerf import NerfExperiment
-
-        return NerfExperiment(config, device, gen, resolution, world)
-    if config.experiment == "sdf":
-        from .sdf import SdfExperiment
-
-        return SdfExperiment(config, device, gen, resolution, world)
-    from .field import FieldExperiment
-
-    return FieldExperiment(config, device, gen, resolution, world)
+    """The experiment `config.experiment` names (its package imported on first use, see
+    `train.experiments`); under torchrun it trains on this rank's share of each batch."""
+    cls = experiments.experiment_class(config.experiment)
+    return cls(config, device, gen, resolution, world)
 
 
 def _load_state(
@@ -233,7 +220,7 @@ def run(
         check_dependencies(c)
         check_run_dir(out, resume=resume, overwrite=overwrite)
         device = world.device(select_device(c.device))
-        world.check_batch(c.train.batch_size, "rays" if c.experiment == "nerf" else "points")
+        world.check_batch(c.train.batch_size, experiments.specs()[c.experiment].unit)
         gen = torch.Generator(device=device).manual_seed(c.seed)
         checkpoint = load_checkpoint(out, c.experiment) if resume else None
         resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None

@@ -13,16 +13,15 @@ import sys
 from pathlib import Path
 
 from .errors import ConfigError
+from .experiments import specs
 
 #: Any of these makes a directory hold a run.
 RUN_MARKERS = ("checkpoint.pt", "metrics.jsonl", "summary.json", "config.toml")
-#: Every file a run writes: what `--overwrite` deletes. An experiment that writes
-#: another file adds it here (tests check that a run writes nothing else).
+#: Every file a run writes: what `--overwrite` deletes. Each experiment's spec lists
+#: its own (`ExperimentSpec.files`; tests check that a run writes nothing else).
 RUN_FILES = (
     *(*RUN_MARKERS, "checkpoint.pt.tmp", "curves.png"),
-    *("slices.png",),  # field
-    *("mesh.ply", "mesh.png"),  # sdf
-    *("test_views.png", "turntable.gif"),  # nerf
+    *(name for spec in specs().values() for name in spec.files),
 )
 
 

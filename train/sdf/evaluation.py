@@ -34,10 +34,10 @@ from torch import Tensor
 
 from grid.voxel_grid import VoxelGrid
 
-from .config import Config
-from .distributed import World
+from ..config import Config
+from ..distributed import World
 from .mesh import Mesh, distance_to_mesh, distance_to_points, zero_level_set
-from .point_cloud import PointCloud, exact_sdf, sample_surface, shape_params
+from .points import PointCloud, exact_sdf, sample_surface, shape_params
 
 CHUNK = 1 << 16
 

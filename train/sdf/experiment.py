@@ -28,19 +28,20 @@ from torch import Tensor
 
 from grid.voxel_grid import VoxelGrid
 
-from .config import Config, as_resolution
-from .distributed import SINGLE, World
-from .errors import ConfigError
-from .field import GridSchedule, make_optimizer, uniform_points
+from ..config import Config
+from ..distributed import SINGLE, World
+from ..errors import ConfigError
+from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
+from ..schema import as_resolution
+from .evaluation import Evaluation
 from .mesh import Mesh, write_ply
-from .point_cloud import (
+from .points import (
     PointCloud,
     check_inside,
     read_point_cloud,
     sample_surface,
     shape_params,
 )
-from .sdf_eval import Evaluation
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -243,6 +244,6 @@ class SdfExperiment(GridSchedule):
             write_ply(out / "mesh.ply", self.evaluation.mesh or Mesh.empty())
 
     def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
-        from .sdf_pictures import write_pictures
+        from .pictures import write_pictures
 
         write_pictures(out, self.config, self.evaluation.mesh, records, summary)

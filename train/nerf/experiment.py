@@ -21,11 +21,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .config import Config, as_resolution
-from .distributed import SINGLE, World
-from .errors import ConfigError, InputFileError
-from .metrics import psnr
-from .nerf_model import VoxelNeRF
+from ..config import Config
+from ..distributed import SINGLE, World
+from ..errors import ConfigError, InputFileError
+from ..metrics import psnr
+from ..schema import as_resolution
+from .model import VoxelNeRF
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -65,7 +66,7 @@ def make_model(
 def ensure_scene(config: Config, device: torch.device) -> Path:
     """`data.path`; with `data.generate`, first (re)generate the procedural scene there
     when its scene.json does not match `data.scene_*` or the generator's version."""
-    from . import nerf_scene
+    from . import generate as nerf_scene
 
     d = config.data
     path = Path(d.path).expanduser()
@@ -294,7 +295,7 @@ class NerfExperiment:
         pass  # pictures only
 
     def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
-        from .nerf_pictures import write_pictures
+        from .pictures import write_pictures
 
         write_pictures(out, self, records, summary)
 

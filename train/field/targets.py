@@ -13,45 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import InputFileError, read_input
+from ..shapes import Box, Sphere, Target, Torus
 from .config import TargetConfig
-from .errors import InputFileError, read_input
 
 _NPY_KEY = "target.path"  # the config key naming a Volume's file
-
-
-class Target:
-    """A scalar field over world space."""
-
-    name: str = "target"
-    is_sdf: bool = False
-
-    def __call__(self, xyz: Tensor) -> Tensor:
-        """xyz: [..., 3] world points -> [...] values."""
-        raise NotImplementedError
-
-    def to(self, device: torch.device) -> Target:
-        return self
-
-    def surface_points(
-        self, n: int, std: float, lo: Tensor, hi: Tensor, gen, rows: slice | None = None
-    ) -> Tensor:
-        """[n, 3] points near the zero level set (SDFs only), inside the box [lo, hi].
-
-        Uniform points are projected onto the surface along the SDF gradient
-        (`p - d(p) * grad d(p)`, exact for a true distance function), then moved by a
-        Gaussian offset of standard deviation `std`. `rows` keeps only those of the n
-        points (the random numbers of all n are drawn, so `gen` advances the same).
-        """
-        rows = rows or slice(0, n)
-        u = torch.rand(n, 3, generator=gen, device=lo.device)[rows]
-        p = (lo + (hi - lo) * u).requires_grad_()
-        with torch.enable_grad():
-            d = self(p)
-            (grad,) = torch.autograd.grad(d.sum(), p)
-        grad = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        surface = torch.nan_to_num(p.detach() - d.detach()[:, None] * grad)  # NaN: a kink
-        noise = torch.randn(n, 1, generator=gen, device=lo.device)[rows] * std
-        return torch.minimum(torch.maximum(surface + noise * grad, lo), hi)
 
 
 class Density(Target):
@@ -101,57 +67,6 @@ class Density(Target):
         gyroid = s[..., 0] * c[..., 1] + s[..., 1] * c[..., 2] + s[..., 2] * c[..., 0]
         sheets = torch.exp(-(gyroid / self.thickness).square())  # [...], in (0, 1]
         return envelope * (1 - self.detail + self.detail * sheets)
-
-
-class Sphere(Target):
-    name, is_sdf = "sphere", True
-
-    def __init__(self, radius: float, center: list[float]) -> None:
-        self.radius, self.center = radius, torch.tensor(center)
-
-    def to(self, device: torch.device) -> Sphere:
-        self.center = self.center.to(device)
-        return self
-
-    def __call__(self, xyz: Tensor) -> Tensor:
-        return (xyz.float() - self.center).norm(dim=-1) - self.radius
-
-
-class Torus(Target):
-    """A torus in the xy-plane (axis z) around `center`."""
-
-    name, is_sdf = "torus", True
-
-    def __init__(self, major_radius: float, minor_radius: float, center: list[float]) -> None:
-        self.major, self.minor, self.center = major_radius, minor_radius, torch.tensor(center)
-
-    def to(self, device: torch.device) -> Torus:
-        self.center = self.center.to(device)
-        return self
-
-    def __call__(self, xyz: Tensor) -> Tensor:
-        p = xyz.float() - self.center
-        ring = p[..., :2].norm(dim=-1) - self.major
-        return torch.stack([ring, p[..., 2]], dim=-1).norm(dim=-1) - self.minor
-
-
-class Box(Target):
-    """An axis-aligned box with half extents `half_size` around `center` (exact SDF)."""
-
-    name, is_sdf = "box", True
-
-    def __init__(self, half_size: list[float], center: list[float]) -> None:
-        self.half, self.center = torch.tensor(half_size), torch.tensor(center)
-
-    def to(self, device: torch.device) -> Box:
-        self.half, self.center = self.half.to(device), self.center.to(device)
-        return self
-
-    def __call__(self, xyz: Tensor) -> Tensor:
-        q = (xyz.float() - self.center).abs() - self.half
-        outside = q.clamp_min(0).norm(dim=-1)
-        inside = q.max(dim=-1).values.clamp_max(0)
-        return outside + inside
 
 
 class Volume(Target):

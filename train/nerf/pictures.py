@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from .pictures import plot_mse
+from ..pictures import plot_mse
 
 if TYPE_CHECKING:
-    from .nerf import NerfExperiment
+    from .experiment import NerfExperiment
 
 
 def write_pictures(

@@ -8,24 +8,23 @@ the evaluation (MSE and PSNR on fixed held-out points) and the pictures (slices,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from grid.voxel_grid import VoxelGrid
 
-from .config import Config, as_resolution
-from .distributed import SINGLE, World
-from .metrics import psnr
+from ..distributed import SINGLE, World
+from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
+from ..metrics import psnr
+from ..schema import as_resolution
 from .targets import Target, make_target
 
+if TYPE_CHECKING:
+    from ..config import Config
+
 EVAL_CHUNK = 1 << 18
-
-
-def uniform_points(n: int, lo: Tensor, hi: Tensor, gen: torch.Generator) -> Tensor:
-    """[n, 3] points uniform in the box [lo, hi] (lo, hi: [3]) on the generator's device."""
-    return lo + (hi - lo) * torch.rand(n, 3, generator=gen, device=gen.device)
 
 
 def draw_batch(
@@ -53,18 +52,6 @@ def draw_batch(
     return points
 
 
-def learning_rate(config: Config, step: int) -> float:
-    """Exponential decay from train.lr at step 0 to train.lr_final at the last step."""
-    t = config.train
-    return t.lr * (t.lr_final / t.lr) ** (step / max(1, t.steps - 1))
-
-
-def make_optimizer(model: VoxelGrid, config: Config) -> torch.optim.Adam:
-    return torch.optim.Adam(
-        model.parameters(), lr=config.train.lr, betas=tuple(config.train.betas), eps=1e-15
-    )
-
-
 @torch.no_grad()
 def squared_error(model: VoxelGrid, points: Tensor, values: Tensor) -> float:
     """Sum of squared errors over the points (points: [N, 3], values: [N]), in float64."""
@@ -84,31 +71,6 @@ def evaluate(model: VoxelGrid, points: Tensor, values: Tensor, world: World = SI
     mine = world.split(n)
     total = squared_error(model, points[mine.start : mine.stop], values[mine.start : mine.stop])
     return world.all_sum(torch.tensor(total, dtype=torch.float64, device=points.device)).item() / n
-
-
-class GridSchedule:
-    """The learning-rate schedule and coarse-to-fine upsampling of one VoxelGrid (`model`)
-    trained by Adam (`optimizer`) under `config`: shared by the field and sdf experiments."""
-
-    config: Config
-    model: VoxelGrid
-    optimizer: torch.optim.Adam
-
-    def learning_rate(self, step: int) -> float:
-        return learning_rate(self.config, step)
-
-    def begin_step(self, step: int) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.config, step)
-
-    def upsample(self, resolution: tuple[int, int, int]) -> None:
-        c = self.config
-        if c.train.upsample_moments == "reset":
-            self.model.upsample(resolution)
-            self.optimizer = make_optimizer(self.model, c)
-        else:
-            rescale = c.train.upsample_moments == "rescale"
-            self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)
 
 
 class FieldExperiment(GridSchedule):

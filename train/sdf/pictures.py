@@ -12,9 +12,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-from .config import Config
+from ..config import Config
+from ..pictures import mark_upsamples
 from .mesh import Mesh
-from .pictures import mark_upsamples
 
 #: (elevation, azimuth) in degrees of the three views, and their titles.
 VIEWS = ((30.0, -60.0, "oblique"), (90.0, -90.0, "from +z"), (0.0, -90.0, "from -y"))

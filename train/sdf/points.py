@@ -3,7 +3,7 @@
 Two sources:
 
 * `sample_surface`: points drawn uniformly (by area) on the surface of an analytic shape
-  of `train.targets` (sphere, torus, box), with their exact normals; seeded, in float64.
+  of `train.shapes` (sphere, torus, box), with their exact normals; seeded, in float64.
 * `read_point_cloud`: a file, by suffix:
   - `.npy`: a float or integer array of shape [N, 6], rows `x y z nx ny nz`, or a
     structured array with (at least) the fields x, y, z, nx, ny, nz. Pickled objects
@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError, InputFileError, read_input
+from ..shapes import Box, Sphere, Target, Torus
 from .config import POINTS_KIND_KEYS, PointsConfig
-from .errors import ConfigError, InputFileError, read_input
-from .targets import Box, Sphere, Target, Torus
 
 KEY = "points.path"  # the config key naming a point-cloud file
 FIELDS = ("x", "y", "z", "nx", "ny", "nz")

@@ -1,0 +1,107 @@
+"""The nerf experiment's tables: `[data]` (the posed images) and `[nerf]` (the model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..schema import doc, positive
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+
+@dataclass
+class DataConfig:
+    path: str = doc(
+        "nerf: directory of a Blender-format (NeRF-synthetic) scene: "
+        "`transforms_{train,val,test}.json` and the images they name (relative paths: from "
+        "the current directory).",
+        "data/nerf_scene",
+    )
+    generate: bool = doc(
+        "nerf: `path` holds the project's procedural scene; generate it there when it is "
+        "missing or its scene.json does not match `scene_*` (set false for your own scene).",
+        True,
+    )
+    scene_size: int = doc("nerf, generated scene: image width and height in pixels.", 64)
+    scene_train_views: int = doc("nerf, generated scene: number of training views.", 100)
+    scene_test_views: int = doc("nerf, generated scene: number of test views.", 8)
+    scene_seed: int = doc("nerf, generated scene: seed of the camera poses.", 0)
+    downscale: int = doc("nerf: divide image width and height by this integer on loading.", 1)
+    background: list[float] = doc(
+        "nerf: RGB in [0, 1] behind the scene (images composited onto it, and rendered with it).",
+        [1.0, 1.0, 1.0],
+    )
+    test_views: int = doc("nerf: evaluate on the first this many test views (0: all).", 0)
+
+
+@dataclass
+class NerfConfig:
+    color_features: int = doc("nerf: channels of the colour feature grid.", 12)
+    hidden: int = doc("nerf: width of the colour MLP's two hidden layers.", 128)
+    view_frequencies: int = doc("nerf: positional-encoding frequencies of the view direction.", 4)
+    step_ratio: float = doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
+    alpha_init: float = doc("nerf: alpha of an untrained voxel (sets the density shift).", 0.01)
+    occupancy_threshold: float = doc(
+        "nerf: empty-space skipping, voxels whose alpha (and neighbours') is below this are "
+        "skipped.",
+        1e-4,
+    )
+    occupancy_start: int = doc("nerf: first step at which the occupancy grid is refreshed.", 100)
+    occupancy_every: int = doc("nerf: refresh the occupancy grid every this many steps.", 100)
+    weight_threshold: float = doc(
+        "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
+        1e-4,
+    )
+    lr_density: float = doc("nerf: Adam learning rate of the density grid.", 0.1)
+    lr_color: float = doc("nerf: Adam learning rate of the colour grid.", 0.1)
+    lr_mlp: float = doc("nerf: Adam learning rate of the colour MLP.", 0.001)
+    lr_decay: float = doc(
+        "nerf: every learning rate is multiplied by this at the last step (exponential).", 0.1
+    )
+
+
+def validate(c: Config, explicit: dict[str, set[str]]) -> None:
+    """Check [data], [nerf] and the nerf experiment's use of the shared tables."""
+    d, n = c.data, c.nerf
+    if not d.path:
+        raise ConfigError("data.path: required (a Blender-format scene directory)")
+    for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
+        if getattr(d, key) < 1:
+            raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
+    if d.test_views < 0:
+        raise ConfigError(f"data.test_views: expected an integer >= 0, got {d.test_views}")
+    if len(d.background) != 3 or not all(0 <= v <= 1 for v in d.background):
+        raise ConfigError(f"data.background: expected 3 numbers in [0, 1], got {d.background!r}")
+    for key in ("color_features", "hidden", "occupancy_every"):
+        if getattr(n, key) < 1:
+            raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
+    for key in ("view_frequencies", "occupancy_start"):
+        if getattr(n, key) < 0:
+            raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
+    for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
+        positive(getattr(n, key), f"nerf.{key}")
+    for key in ("alpha_init", "occupancy_threshold", "weight_threshold"):
+        value = getattr(n, key)
+        if not 0 <= value < 1:
+            raise ConfigError(f"nerf.{key}: expected a number in [0, 1), got {value}")
+    if n.alpha_init == 0:
+        raise ConfigError("nerf.alpha_init: expected a number in (0, 1), got 0.0")
+    if c.train.upsample_moments == "rescale":
+        raise ConfigError(
+            "train.upsample_moments: the nerf experiment supports 'resample' and 'reset'"
+        )
+    if c.output.picture_views < 1:
+        raise ConfigError(
+            f"output.picture_views: expected an integer >= 1, got {c.output.picture_views}"
+        )
+    if c.output.turntable_frames < 0:
+        raise ConfigError(
+            f"output.turntable_frames: expected an integer >= 0, got {c.output.turntable_frames}"
+        )
+    if c.grid.init == "points":
+        raise ConfigError("grid.init: 'points' is for the sdf experiment only")
+    if c.grid.interpolation == "smoothstep":
+        raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")

@@ -1,0 +1,278 @@
+"""Writes the shipped scene (`train.nerf.scene`) in the Blender (NeRF-synthetic) layout.
+
+    python -m train.nerf.generate --out data/nerf_scene --size 64 [--train N --val N --test N]
+
+Cameras sit on a sphere of radius 4 looking at the origin (z is up, as in the original
+scenes): train and val on Fibonacci spirals over elevations -20..75 degrees (different
+azimuth offsets drawn from the seed), test on a turntable at 30 degrees elevation.
+`scene.json` records what was generated, so a loader regenerates an outdated scene.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .scene import SCENE_BOUNDS, STEP, render_rays
+
+# The label scene.json records (unchanged since the scene lived in train/nerf_scene.py, so
+# scenes generated before still load without being regenerated).
+GENERATOR = "train.nerf_scene"
+VERSION = 1  # bump whenever the images would change: loaders regenerate older scenes
+CAMERA_RADIUS = 4.0
+CAMERA_ANGLE_X = 0.6911112070083618  # the original scenes' field of view (radians)
+TEST_ELEVATION = math.radians(30.0)
+ELEVATIONS = (math.radians(-20.0), math.radians(75.0))  # train / val band
+
+
+def look_at_origin(position: Tensor) -> Tensor:
+    """Camera positions [V, 3] -> OpenGL camera-to-world [V, 4, 4] looking at the origin, z up."""
+    back = position / position.norm(dim=-1, keepdim=True)  # the camera's +z axis
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=position.dtype).expand_as(back)
+    right = torch.linalg.cross(up, back)
+    right = right / right.norm(dim=-1, keepdim=True)
+    true_up = torch.linalg.cross(back, right)
+    c2w = torch.zeros(position.shape[0], 4, 4, dtype=position.dtype)
+    c2w[:, :3, 0], c2w[:, :3, 1], c2w[:, :3, 2], c2w[:, :3, 3] = right, true_up, back, position
+    c2w[:, 3, 3] = 1.0
+    return c2w
+
+
+def _spherical(azimuth: Tensor, elevation: Tensor) -> Tensor:
+    return CAMERA_RADIUS * torch.stack(
+        [
+            torch.cos(elevation) * torch.cos(azimuth),
+            torch.cos(elevation) * torch.sin(azimuth),
+            torch.sin(elevation),
+        ],
+        dim=-1,
+    )
+
+
+def camera_poses(n_train: int, n_val: int, n_test: int, seed: int) -> dict[str, Tensor]:
+    """c2w [V, 4, 4] float64 per split: Fibonacci spirals (train, val) and a turntable (test).
+
+    A spiral spreads views evenly over the band of elevations ELEVATIONS (uniform in
+    sin(elevation), i.e. per unit area of the sphere, azimuth advancing by the golden
+    angle); the seed draws each split's azimuth offset, so the splits share no pose.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    offsets = torch.rand(3, generator=gen, dtype=torch.float64) * 2 * math.pi
+    golden = math.pi * (3.0 - math.sqrt(5.0))
+    lo, hi = (math.sin(e) for e in ELEVATIONS)
+
+    def spiral(n: int, offset: Tensor) -> Tensor:
+        i = torch.arange(n, dtype=torch.float64)
+        elevation = torch.asin(hi - (hi - lo) * (i + 0.5) / n)
+        return look_at_origin(_spherical(offset + golden * i, elevation))
+
+    turn = offsets[2] + 2 * math.pi * torch.arange(n_test, dtype=torch.float64) / max(n_test, 1)
+    test = look_at_origin(_spherical(turn, torch.full_like(turn, TEST_ELEVATION)))
+    return {"train": spiral(n_train, offsets[0]), "val": spiral(n_val, offsets[1]), "test": test}
+
+
+# ---- writing the dataset -------------------------------------------------------------------
+
+
+def render_views(
+    c2w: Tensor, size: int, *, device: str = "cpu", chunk: int | None = None
+) -> Tensor:
+    """c2w [V, 4, 4] -> straight (not premultiplied) RGBA [V, size, size, 4] float32 in [0, 1].
+
+    chunk: rays marched together (default 2^19 on the CPU, about 0.5 GB at the peak, and
+    2^21 on a GPU, where each marching step is a few dozen small kernels).
+    """
+    if chunk is None:
+        chunk = 1 << 21 if torch.device(device).type == "cuda" else 1 << 19
+    from .blender import Views, camera_rays
+
+    focal = 0.5 * size / math.tan(0.5 * CAMERA_ANGLE_X)
+    views = Views(torch.empty(0), c2w.to(device, torch.float32), focal, size, size, [""] * len(c2w))
+    origins, directions = (x.reshape(-1, 3) for x in camera_rays(views))
+    rgb, alpha = [], []
+    for start in range(0, origins.shape[0], chunk):
+        c, a = render_rays(origins[start : start + chunk], directions[start : start + chunk])
+        rgb.append(c)
+        alpha.append(a)
+    rgb, alpha = torch.cat(rgb), torch.cat(alpha)
+    straight = rgb / alpha.clamp_min(1e-12)[:, None]
+    rgba = torch.cat([straight, alpha[:, None]], dim=-1).clamp(0.0, 1.0)
+    return rgba.reshape(len(c2w), size, size, 4).cpu()
+
+
+def _to_png_bytes(rgba: Tensor) -> np.ndarray:
+    """[H, W, 4] float in [0, 1] -> uint8, colour zeroed where alpha rounds to 0."""
+    pixels = (rgba.numpy() * 255.0 + 0.5).astype(np.uint8)
+    pixels[pixels[..., 3] == 0] = 0
+    return pixels
+
+
+def _check_arguments(size: int, counts: dict[str, int], seed: int) -> None:
+    for name, value, least in [("size", size, 1), ("seed", seed, 0)] + [
+        (f"n_{split}", n, 1) for split, n in counts.items()
+    ]:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}; got {value!r}")
+
+
+def scene_metadata(size: int, n_train: int, n_val: int, n_test: int, seed: int) -> dict:
+    """What `scene.json` holds: enough to tell whether a generated scene is current."""
+    return {
+        "generator": GENERATOR,
+        "version": VERSION,
+        "seed": seed,
+        "size": size,
+        "n_train": n_train,
+        "n_val": n_val,
+        "n_test": n_test,
+        "bounds": [list(SCENE_BOUNDS[0]), list(SCENE_BOUNDS[1])],
+        "camera_radius": CAMERA_RADIUS,
+        "camera_angle_x": CAMERA_ANGLE_X,
+        "step": STEP,
+    }
+
+
+def generate_scene(
+    out_dir: str | Path,
+    *,
+    size: int = 64,
+    n_train: int = 100,
+    n_val: int = 8,
+    n_test: int = 8,
+    seed: int = 0,
+    device: str = "cpu",
+) -> Path:
+    """Renders the scene into `out_dir` in the Blender layout and returns `out_dir`.
+
+    Writes transforms_{train,val,test}.json, {train,val,test}/r_{i}.png (size x size RGBA)
+    and scene.json. The files are assembled in a sibling directory and moved into place
+    at the end, so an interrupted run never leaves a scene that looks complete. An
+    existing `out_dir` is replaced only if it holds a scene this generator wrote.
+    """
+    counts = {"train": n_train, "val": n_val, "test": n_test}
+    _check_arguments(size, counts, seed)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and read_scene_metadata(out_dir) is None and any(out_dir.iterdir()):
+        raise FileExistsError(
+            f"{out_dir}: exists and is not a scene written by {GENERATOR} "
+            "(no scene.json); refusing to replace it"
+        )
+    staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        _write_splits(staging, camera_poses(n_train, n_val, n_test, seed), size, device)
+        metadata = scene_metadata(size, n_train, n_val, n_test, seed)
+        (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    staging.rename(out_dir)
+    return out_dir
+
+
+def _write_splits(root: Path, poses: dict[str, Tensor], size: int, device: str) -> None:
+    """Renders every split in one pass (fewer, fuller ray batches) and writes PNGs and json."""
+    from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
+
+    rgba = render_views(torch.cat(list(poses.values())), size, device=device)
+    first = 0
+    for split, c2w in poses.items():
+        (root / split).mkdir()
+        frames = []
+        for k in range(len(c2w)):
+            pixels = _to_png_bytes(rgba[first + k])
+            Image.fromarray(pixels).save(root / split / f"r_{k}.png")
+            frames.append({"file_path": f"./{split}/r_{k}", "transform_matrix": c2w[k].tolist()})
+        first += len(c2w)
+        meta = {"camera_angle_x": CAMERA_ANGLE_X, "frames": frames}
+        (root / f"transforms_{split}.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def read_scene_metadata(out_dir: str | Path) -> dict | None:
+    """The scene.json of a scene this generator wrote, or None."""
+    try:
+        metadata = json.loads((Path(out_dir) / "scene.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(metadata, dict) or metadata.get("generator") != GENERATOR:
+        return None
+    return metadata
+
+
+def ensure_scene(
+    out_dir: str | Path,
+    *,
+    size: int = 64,
+    n_train: int = 100,
+    n_val: int = 8,
+    n_test: int = 8,
+    seed: int = 0,
+    device: str = "cpu",
+) -> Path:
+    """`out_dir` holding the current scene at these settings, generating it if needed.
+
+    Regenerates when scene.json is absent or differs (older VERSION, other size, counts
+    or seed); returns at once when it matches.
+    """
+    wanted = scene_metadata(size, n_train, n_val, n_test, seed)
+    if read_scene_metadata(out_dir) == wanted:
+        return Path(out_dir)
+    return generate_scene(
+        out_dir,
+        size=size,
+        n_train=n_train,
+        n_val=n_val,
+        n_test=n_test,
+        seed=seed,
+        device=device,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m train.nerf.generate",
+        description="Render the shipped radiance-field scene into the Blender layout.",
+    )
+    parser.add_argument("--out", default="data/nerf_scene", help="output directory")
+    parser.add_argument("--size", type=int, default=64, help="image width and height (pixels)")
+    parser.add_argument("--train", type=int, default=100, help="number of training views")
+    parser.add_argument("--val", type=int, default=8, help="number of validation views")
+    parser.add_argument("--test", type=int, default=8, help="number of test views (turntable)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the camera placement")
+    parser.add_argument("--device", default="cpu", help="torch device to render on")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        out = generate_scene(
+            args.out,
+            size=args.size,
+            n_train=args.train,
+            n_val=args.val,
+            n_test=args.test,
+            seed=args.seed,
+            device=args.device,
+        )
+    except (ValueError, FileExistsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - start
+    views = args.train + args.val + args.test
+    print(f"wrote {out}: {views} views of {args.size}x{args.size} in {seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

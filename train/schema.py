@@ -1,0 +1,105 @@
+"""The vocabulary every config table is written in, and what an experiment declares.
+
+An experiment package (`train/<name>/__init__.py`) defines `SPEC`, an `ExperimentSpec`:
+its own tables (dataclasses whose fields carry a `doc` string and a default), the check
+of their values, the class that trains it and what its batch counts. `train.config`
+assembles the whole schema from the registered specs (`train.experiments`); this module
+knows no experiment by name and imports nothing of theirs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+
+def doc(text: str, default: Any) -> Any:
+    """A dataclass field with a default and the `doc` string README's config table shows."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """What the shared machinery needs to know of one experiment.
+
+    name: the value of the config key `experiment`.
+    summary: what it fits, for the `experiment` key's documentation.
+    sections: its own tables, name -> dataclass (e.g. {"target": TargetConfig}); the
+        shared tables (grid, train, eval, output) are read by every experiment.
+    validate: `validate(config, explicit)` checks its tables and its use of the shared
+        ones, raising ConfigError naming the key; `explicit` maps each kinded table to the
+        keys the file and the overrides wrote in it.
+    experiment: the class in `train/<name>/experiment.py` that trains it (see
+        `train.loop.Experiment`), imported on first use.
+    unit: what `train.batch_size` counts ("points", "rays").
+    kinded: tables with a `kind` key -> the keys each kind reads (besides `kind`).
+    files: the files its runs write besides the shared ones (config.toml, metrics.jsonl,
+        summary.json, checkpoint.pt, curves.png): what `--overwrite` deletes.
+    dependencies: `dependencies(config)` raises MissingDependencyError for an optional
+        package the config needs (see `train.dependencies.require`).
+    """
+
+    name: str
+    summary: str
+    sections: dict[str, type]
+    validate: Callable[[Any, dict[str, set[str]]], None]
+    experiment: str
+    unit: str
+    files: tuple[str, ...] = ()
+    kinded: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    dependencies: Callable[[Any], None] | None = None
+
+
+# ---- value checks: each raises ConfigError naming the key ---------------------------------
+
+
+def as_resolution(value: int | list[int], key: str) -> tuple[int, int, int]:
+    """An int or [X, Y, Z] -> (X, Y, Z), each >= 2."""
+    size = [value] * 3 if isinstance(value, int) else list(value)
+    if len(size) != 3 or not all(isinstance(v, int) for v in size):
+        raise ConfigError(f"{key}: expected an integer or a list of 3 integers, got {value!r}")
+    if min(size) < 2:
+        raise ConfigError(f"{key}: expected every size >= 2, got {value!r}")
+    return (size[0], size[1], size[2])
+
+
+def positive(value: float, key: str, *, zero: bool = False) -> None:
+    ok = value >= 0 if zero else value > 0
+    if not (ok and math.isfinite(value)):
+        raise ConfigError(
+            f"{key}: expected a {'non-negative' if zero else 'positive'} number, got {value!r}"
+        )
+
+
+def at_least(value: int, minimum: int, key: str) -> None:
+    if value < minimum:
+        raise ConfigError(f"{key}: expected an integer >= {minimum}, got {value}")
+
+
+def choice(value: str, options: tuple[str, ...], key: str) -> None:
+    if value not in options:
+        raise ConfigError(f"{key}: expected one of {', '.join(options)}, got {value!r}")
+
+
+def triple(value: list[float], key: str) -> None:
+    if len(value) != 3 or not all(math.isfinite(v) for v in value):
+        raise ConfigError(f"{key}: expected 3 finite numbers [x, y, z], got {value!r}")
+
+
+def check_kind_keys(
+    table: str, kind: str, explicit: set[str], kinds: dict[str, tuple[str, ...]]
+) -> None:
+    """ConfigError naming the first key of `[table]` that its `kind` does not read."""
+    reads = kinds[kind]
+    unused = sorted(explicit - set(reads) - {"kind"})
+    if unused:
+        raise ConfigError(
+            f"{table}.{unused[0]}: not used by {table}.kind = {kind!r} "
+            f"(it reads: {', '.join(reads)})"
+        )

@@ -1,0 +1,51 @@
+"""The sdf experiment: a signed distance grid fitted to an oriented point cloud.
+
+Modules: `config` (the `[points]` table), `points` (point clouds: analytic shapes, files),
+`experiment` (`SdfExperiment`: the surface, normal and eikonal losses), `evaluation`
+(distances, normals, Chamfer), `mesh` (marching cubes, PLY, exact point-to-mesh
+distances), `pictures` (mesh.png, curves.png).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..dependencies import INSTALL_SDF, require
+from ..schema import ExperimentSpec
+from .config import POINTS_KIND_KEYS, PointsConfig, validate
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+
+def dependencies(config: Config) -> None:
+    if config.output.mesh:
+        require(
+            "skimage",
+            package="scikit-image",
+            key="output.mesh",
+            needs="the mesh (marching cubes: mesh.ply, mesh.png) and the Chamfer distances",
+            install=INSTALL_SDF,
+            turn_off="--set output.mesh=false",
+        )
+    p = config.points
+    if p.kind == "file" and p.path.lower().endswith(".ply"):
+        require(
+            "plyfile",
+            key="points.path",
+            needs=".ply point clouds (use .npy or .xyz without it)",
+            install=INSTALL_SDF,
+        )
+
+
+SPEC = ExperimentSpec(
+    name="sdf",
+    summary="a signed distance grid from the oriented points of `[points]`",
+    sections={"points": PointsConfig},
+    validate=validate,
+    experiment="SdfExperiment",
+    unit="points",
+    files=("mesh.ply", "mesh.png"),
+    kinded={"points": POINTS_KIND_KEYS},
+    dependencies=dependencies,
+)

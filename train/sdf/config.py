@@ -1,0 +1,94 @@
+"""The sdf experiment's table `[points]`: where the oriented points come from, and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError, InputFileError
+from ..schema import check_kind_keys, choice, doc, positive, triple
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+POINTS_KINDS = ("torus", "sphere", "box", "file")
+#: The keys of [points] that each kind reads (besides `kind`).
+POINTS_KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "sphere": ("count", "seed", "radius", "center"),
+    "torus": ("count", "seed", "major_radius", "minor_radius", "center"),
+    "box": ("count", "seed", "half_size", "center"),
+    "file": ("path",),
+}
+POINT_FILE_SUFFIXES = (".npy", ".xyz", ".ply")
+
+
+@dataclass
+class PointsConfig:
+    kind: str = doc(
+        "sdf: where the oriented points come from: `torus`, `sphere`, `box` (drawn uniformly "
+        "on that shape's surface, with exact normals; the shape's exact SDF is then known "
+        "and evaluated against) or `file` (`points.path`).",
+        "torus",
+    )
+    count: int = doc("sdf, shapes: number of surface points drawn.", 100000)
+    seed: int = doc(
+        "sdf, shapes: seed of the surface points (independent of the training seed).", 0
+    )
+    radius: float = doc("sdf, sphere: radius.", 0.6)
+    center: list[float] = doc("sdf, sphere, torus, box: centre of the shape.", [0.0, 0.0, 0.0])
+    major_radius: float = doc("sdf, torus: distance from the centre to the tube's axis.", 0.55)
+    minor_radius: float = doc(
+        "sdf, torus: radius of the tube, < major_radius (the torus lies in the xy-plane).", 0.2
+    )
+    half_size: list[float] = doc("sdf, box: half extents along x, y, z.", [0.5, 0.35, 0.25])
+    path: str = doc(
+        "sdf, file: an oriented point cloud, `.npy` ([N, 6] rows x, y, z, nx, ny, nz, or a "
+        "structured array with those fields), `.xyz` (text, `x y z nx ny nz` per line) or "
+        "`.ply` (ascii or binary_little_endian, vertex properties x, y, z, nx, ny, nz). Every "
+        "point must lie inside grid.bounds; normals are normalised (relative paths: from the "
+        "current directory).",
+        "",
+    )
+
+
+def validate(c: Config, explicit: dict[str, set[str]]) -> None:
+    """Check [points] and the sdf experiment's use of the shared tables."""
+    p = c.points
+    choice(p.kind, POINTS_KINDS, "points.kind")
+    check_kind_keys("points", p.kind, explicit.get("points", set()), POINTS_KIND_KEYS)
+    if p.count < 1:
+        raise ConfigError(f"points.count: expected an integer >= 1, got {p.count}")
+    positive(p.radius, "points.radius")
+    triple(p.center, "points.center")
+    positive(p.major_radius, "points.major_radius")
+    positive(p.minor_radius, "points.minor_radius")
+    if p.kind == "torus" and not p.minor_radius < p.major_radius:
+        raise ConfigError(
+            f"points.minor_radius: expected less than points.major_radius = {p.major_radius} "
+            f"(a ring torus), got {p.minor_radius}"
+        )
+    triple(p.half_size, "points.half_size")
+    for i, h in enumerate(p.half_size):
+        positive(h, f"points.half_size[{i}]")
+    if p.kind == "file":
+        if not p.path:
+            raise ConfigError(
+                "points.path: required when points.kind = 'file' (a .npy, .xyz or .ply file)"
+            )
+        file = Path(p.path).expanduser().resolve()
+        if file.suffix.lower() not in POINT_FILE_SUFFIXES:
+            raise InputFileError(
+                file,
+                f"unknown point-cloud format {file.suffix or '(no suffix)'!r}; expected one of "
+                f"{', '.join(POINT_FILE_SUFFIXES)}",
+                key="points.path",
+            )
+        p.path = str(file)  # absolute: a resumed run may start in another directory
+    if c.grid.backend != "native":
+        raise ConfigError("grid.backend: the sdf experiment uses 'native' only")
+    if c.train.surface_fraction > 0:
+        raise ConfigError(
+            "train.surface_fraction: not used by experiment = 'sdf' (its surface points are "
+            "[points]; train.eikonal_points sets the uniform ones)"
+        )
