@@ -15,8 +15,8 @@ import torch
 from train.__main__ import main
 from train.config import ConfigError, load_config, to_dict
 from train.errors import InputFileError
-from train.sdf.points import read_point_cloud, sample_surface
 from train.rundir import RUN_FILES
+from train.sdf.points import read_point_cloud, sample_surface
 
 from .test_train import final_state, one_line_error, sets, without_timing
 
