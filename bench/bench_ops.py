@@ -675,7 +675,7 @@ def bench_sample(ctx: Ctx, name: str, size: dict, seed: int, device=None) -> lis
 # bf16 storage rounds each value to 8 bits (~2^-8 relative). The grid gradient also
 # accumulates in bf16 (as F.grid_sample's does): every atomic add rounds, and an S4 voxel takes
 # up to 256 of them in an order that changes from run to run. Replayed add by add on the CPU
-# (bench/bf16_accumulation.py, 8 orders) that lands 0.018-0.037 from the exact sum, and the
+# (bench/probes/bf16_accumulation.py, 8 orders) that lands 0.018-0.037 from the exact sum, and the
 # H100 measured 0.018-0.040, so 3e-2 failed at random; 1e-1 still catches the O(1) error of a
 # wrong corner or weight.
 BF16_TOLERANCE = {"fw_rel_err": 3e-2, "grad_features_rel_err": 1e-1, "grad_points_rel_err": 3e-2}

@@ -4,7 +4,8 @@
 # table and its JSON go to $OUT (default bench/results).
 #   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
 # TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f scatter" picks the
-# probes run after the benchmark (default gather; PROBES= runs none).
+# probes (bench/probes/<name>_probe.py) run after the benchmark (default gather; PROBES= runs
+# none).
 #   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs...]
 # `nerf`: configs/nerf_scene_gpu.toml trained with both backends (the scene
 # is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
@@ -57,7 +58,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   # computation); small_f = the small-F kernel variants on S5's rays; scatter = the S1 / S2
   # backward's atomic scatter alone, in the points' order and sorted by cell
   for probe in ${PROBES-gather}; do
-    python3 "bench/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
+    python3 "bench/probes/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
       | tee -a "$OUT/bench.log" | tail -n 40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done

@@ -1,11 +1,11 @@
 """How fast could any S1 forward be in the order its points come? (CUDA only.)
 
-Times `bench/gather_probe.cu`, which makes the loads and stores of grid.sample's CUDA
+Times `bench/probes/gather_probe.cu`, which makes the loads and stores of grid.sample's CUDA
 forward on S1's inputs with the cell computation done beforehand (outside the timing),
 next to grid.sample and F.grid_sample, with the benchmark's own timing. The probe's speed-up
 over F.grid_sample bounds what a kernel visiting the points in this order can show.
 
-    python bench/gather_probe.py [--json PATH]
+    python bench/probes/gather_probe.py [--json PATH]
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_ops import FULL, ROOT, WORKLOADS, Ctx, SampleCase, grid_sample, parse_args, rel_err
 from torch.utils.cpp_extension import load
 
-import grid
-from grid import _backend
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
+from bench_ops import FULL, ROOT, WORKLOADS, Ctx, SampleCase, grid_sample, parse_args, rel_err  # noqa: E402
+
+import grid  # noqa: E402
+from grid import _backend  # noqa: E402
 
 VARIANTS = ((1, 5), (1, 8), (2, 2), (2, 3))  # (16-byte vectors per thread, blocks per SM)
 

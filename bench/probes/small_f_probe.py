@@ -1,11 +1,11 @@
 """Small-F kernel variants on S5's rays, side by side with the benchmark's own timing.
 (CUDA only.)
 
-Times `bench/small_f_probe.cu` (the kernels of csrc/cuda/sample_small_f.cuh with one or two
+Times `bench/probes/small_f_probe.cu` (the kernels of csrc/cuda/sample_small_f.cuh with one or two
 points per thread in the forward, z-pair vector or scalar atomics in the backward) next to
 grid.sample's forward and backward op and F.grid_sample, for F = 1, 2, 3, 4.
 
-    python bench/small_f_probe.py [--json PATH]
+    python bench/probes/small_f_probe.py [--json PATH]
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.utils.cpp_extension import load
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 from bench_ops import (
     FULL,
     ROOT,
@@ -27,11 +30,10 @@ from bench_ops import (
     parse_args,
     rel_err,
     small_f_case,
-)
-from torch.utils.cpp_extension import load
+)  # noqa: E402
 
-import grid
-from grid import _backend
+import grid  # noqa: E402
+from grid import _backend  # noqa: E402
 
 
 def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
