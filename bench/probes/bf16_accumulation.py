@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
-from bench_ops import FULL, generator, ray_points  # noqa: E402
+from workloads import FULL, generator, ray_points  # noqa: E402
 
 from grid import reference  # noqa: E402
 

@@ -26,8 +26,11 @@ import torch
 from torch.utils.cpp_extension import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
-from bench_ops import FULL, ROOT, WORKLOADS, Ctx, SampleCase, parse_args, rel_err  # noqa: E402
+from bench_ops import parse_args  # noqa: E402
 from gather_probe import precomputed_cells  # noqa: E402
+from harness import ROOT, Ctx, rel_err  # noqa: E402
+from ops_sample import SampleCase  # noqa: E402
+from workloads import FULL, seed_of  # noqa: E402
 
 import grid  # noqa: E402
 from grid import _backend  # noqa: E402
@@ -139,7 +142,7 @@ def main() -> int:
     result["copy_gbps"] = gbps
     print(f"{result['device']} | torch {result['torch']} | copy {gbps:.0f} GB/s")
     for name in ("S1", "S2"):
-        seed = 1000 * WORKLOADS.index(name)  # the benchmark's inputs
+        seed = seed_of(name)  # the benchmark's inputs
         case = SampleCase(ctx, FULL[name], seed, device)
         stats, errors = timings(ctx, probe, case)
         medians = {k: v["median"] for k, v in stats.items()}
