@@ -12,7 +12,7 @@
 # checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
 # metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
-# `multi` (a host with 2 GPUs): bench/bench_allreduce.py over 2 ranks (the gradient
+# `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
 # averaging alone, DDP against all_reduce), then configs/density_256.toml and
 # configs/nerf_scene_gpu.toml trained by 1 process (python -m train) and by 2
 # (torchrun --standalone --nproc_per_node=2 -m train), pictures off. DENSITY_SET / NERF_SET
@@ -106,7 +106,7 @@ if [ "$what" = multi ]; then
   [ "$gpus" -ge 2 ] || echo "multi: needs 2 GPUs, found $gpus" | tee -a "$OUT/multi.log"
   nvidia-smi topo -m 2>&1 | tee -a "$OUT/multi.log"
   # shellcheck disable=SC2086  # ALLREDUCE_ARGS is a word list
-  python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_allreduce.py \
+  python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_multi.py \
     --json "$OUT/allreduce.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
   cat "$OUT/allreduce.md" 2>/dev/null
   # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes

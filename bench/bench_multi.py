@@ -2,7 +2,7 @@
 
 Run under torchrun (one process per GPU):
 
-    torchrun --standalone --nproc_per_node=2 bench/bench_allreduce.py --json allreduce.json
+    torchrun --standalone --nproc_per_node=2 bench/bench_multi.py --json allreduce.json
 
 A1: the loop's own gradient averaging (`train.distributed.World.average_gradients`: one
 `all_reduce` per parameter, NCCL AVG) on gradients of the training configs' grid sizes.
