@@ -3,7 +3,7 @@
 S1-S3  forward and forward+backward (grads to features and points), float32
 S4     S1 with bfloat16 features, vs our float32 S1 and vs F.grid_sample in bfloat16
 S5     the small-F sweep on one set of rays, forward+backward to the grid only
-C1     S1's measurement on the CPU, always
+C1     S1's measurement on the CPU (always), uniform points
 D1     the backward op alone under torch.use_deterministic_algorithms(True), vs the
        default (atomic) backward, on S1's and S2's inputs
 """
@@ -12,13 +12,7 @@ from __future__ import annotations
 
 import torch
 from harness import MB, Ctx, attach_check, attempt, free_memory, make_row, measure, rel_err
-from workloads import (
-    generator,
-    grid_sample,
-    make_points,
-    seed_of,
-    touched_voxels,
-)
+from workloads import generator, grid_sample, make_points, seed_of, touched_voxels
 
 import grid
 
