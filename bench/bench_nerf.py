@@ -13,10 +13,10 @@ training spends most of its steps in. Two rows per state:
     N1 dense     the same grids with skipping off (occupancy all true, weight threshold 0):
                  every sample inside the box reaches both grids and the MLP
 
-Two timing methods, both medians: "queued" is bench_ops' `timeit` (CUDA events around work
-enqueued behind a GPU sleep; the step synchronises inside, at the packed-sample counts, so
-it cannot run ahead far) and "synced", a per-step loop that synchronises after every step
-and reads the host clock. JSON and a markdown table go next to --json.
+Two timing methods, both medians (bench/harness.py): "queued" is `timeit` (CUDA events around
+work enqueued behind a GPU sleep; the step synchronises inside, at the packed-sample counts,
+so it cannot run ahead far) and "synced" is `timeit_synced`, a per-step loop that
+synchronises after every step and reads the host clock. JSON and a markdown table go next to --json.
 """
 
 from __future__ import annotations
@@ -28,43 +28,12 @@ import time
 from pathlib import Path
 
 import torch
+from harness import ROOT, Ctx, attempt, fmt_ms, free_memory, timeit, timeit_synced
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "bench"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from bench_ops import Ctx, attempt, fmt_ms, free_memory, timeit  # noqa: E402
-
-from train.config import load_config  # noqa: E402
-from train.loop import select_device  # noqa: E402
-from train.nerf import NerfExperiment, make_model  # noqa: E402
-from train.nerf_model import VoxelNeRF  # noqa: E402
-
-
-def synced(fn, device: torch.device, warmup: int, reps: int) -> dict:
-    """Median (and spread) in ms of `fn()` timed one call at a time, synchronised."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    s = sorted(times)
-    return {
-        "median": s[len(s) // 2],
-        "p20": s[round(0.2 * (len(s) - 1))],
-        "p80": s[round(0.8 * (len(s) - 1))],
-        "min": s[0],
-        "max": s[-1],
-        "reps": reps,
-        "warmup": warmup,
-    }
+from train.config import load_config
+from train.loop import select_device
+from train.nerf import NerfExperiment, make_model
+from train.nerf_model import VoxelNeRF
 
 
 def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
@@ -127,7 +96,7 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
     for name, model in (("native", native), ("grid_sample", other)):
         step, info = step_fn(model, exp, index, exp.config.train.tv_weight)
         queued, error = attempt(lambda step=step: timeit(step, dev, warm, reps))
-        sync, error2 = attempt(lambda step=step: synced(step, dev, warm, reps))
+        sync, error2 = attempt(lambda step=step: timeit_synced(step, dev, warm, reps))
         row[name] = {
             "queued": queued,
             "synced": sync,

@@ -4,14 +4,15 @@
 # table and its JSON go to $OUT (default bench/results).
 #   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
 # TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f scatter" picks the
-# probes run after the benchmark (default gather; PROBES= runs none).
+# probes (bench/probes/<name>_probe.py) run after the benchmark (default gather; PROBES= runs
+# none).
 #   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs...]
 # `nerf`: configs/nerf_scene_gpu.toml trained with both backends (the scene
 # is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
 # checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
 # metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
-# `multi` (a host with 2 GPUs): bench/bench_allreduce.py over 2 ranks (the gradient
+# `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
 # averaging alone, DDP against all_reduce), then configs/density_256.toml and
 # configs/nerf_scene_gpu.toml trained by 1 process (python -m train) and by 2
 # (torchrun --standalone --nproc_per_node=2 -m train), pictures off. DENSITY_SET / NERF_SET
@@ -57,7 +58,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   # computation); small_f = the small-F kernel variants on S5's rays; scatter = the S1 / S2
   # backward's atomic scatter alone, in the points' order and sorted by cell
   for probe in ${PROBES-gather}; do
-    python3 "bench/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
+    python3 "bench/probes/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
       | tee -a "$OUT/bench.log" | tail -n 40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
@@ -105,7 +106,7 @@ if [ "$what" = multi ]; then
   [ "$gpus" -ge 2 ] || echo "multi: needs 2 GPUs, found $gpus" | tee -a "$OUT/multi.log"
   nvidia-smi topo -m 2>&1 | tee -a "$OUT/multi.log"
   # shellcheck disable=SC2086  # ALLREDUCE_ARGS is a word list
-  python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_allreduce.py \
+  python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_multi.py \
     --json "$OUT/allreduce.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
   cat "$OUT/allreduce.md" 2>/dev/null
   # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes

@@ -6,7 +6,7 @@ RUNS holds one run directory per config and process count, `<config>-<n>` (writt
 `python -m train` / `torchrun --nproc_per_node=n -m train`). Per config: steps/s and
 points/s (rays/s) over the whole training loop, speed-up and scaling efficiency (speed-up /
 n) at equal global batch, the PSNR of both runs, the training time per step over the last
-resolution's steps (from the evaluation records) and the time bench/bench_allreduce.py
+resolution's steps (from the evaluation records) and the time bench/bench_multi.py
 measured for averaging gradients of that model's size (A1), as a share of the 2-process
 step.
 """

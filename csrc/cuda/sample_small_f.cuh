@@ -5,7 +5,7 @@
 // grid -- with aligned 16-byte vector atomics, zero-padded where the pair does not fill them:
 // 5 atomics per point on average for F = 1 instead of 8. sample_forward.cu takes the forward
 // for F = 3 (and strided F = 2, 4), sample_backward.cu the backward for F = 1: the choices
-// bench/small_f_probe.py measured (bench/NOTES.md). The probe times the other variants too.
+// bench/probes/small_f_probe.py measured (bench/NOTES.md). The probe times the other variants too.
 #pragma once
 
 #include "cuda_utils.cuh"

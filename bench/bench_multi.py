@@ -2,7 +2,7 @@
 
 Run under torchrun (one process per GPU):
 
-    torchrun --standalone --nproc_per_node=2 bench/bench_allreduce.py --json allreduce.json
+    torchrun --standalone --nproc_per_node=2 bench/bench_multi.py --json allreduce.json
 
 A1: the loop's own gradient averaging (`train.distributed.World.average_gradients`: one
 `all_reduce` per parameter, NCCL AVG) on gradients of the training configs' grid sizes.
@@ -27,16 +27,14 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from harness import host_times
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from train.distributed import World, start, stop  # noqa: E402
+from train.distributed import World, start, stop
 
 # (name, element counts of the parameters whose gradients a step averages)
 GRADIENTS = [
@@ -50,22 +48,20 @@ GRADIENTS = [
 
 
 def timer(device: torch.device, fn, warmup: int, repeat: int) -> float:
-    """Median milliseconds of fn() (CUDA events on a GPU, the host clock on the CPU)."""
+    """Median milliseconds of fn() (CUDA events around each call on an idle GPU; on the CPU
+    the harness's host clock)."""
     for _ in range(warmup):
         fn()
+    if device.type != "cuda":
+        return statistics.median(host_times(fn, device, repeat))
     times = []
     for _ in range(repeat):
-        if device.type == "cuda":
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(begin.elapsed_time(end))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
     return statistics.median(times)
 
 

@@ -1,5 +1,5 @@
 // Variants of the small-F sample kernels (csrc/cuda/sample_small_f.cuh) for
-// bench/small_f_probe.py: points per thread in the forward, vector or scalar atomics in the
+// bench/probes/small_f_probe.py: points per thread in the forward, vector or scalar atomics in the
 // backward. float32, align_corners=True, zeros padding, contiguous inputs.
 #include <torch/extension.h>
 

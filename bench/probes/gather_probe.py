@@ -1,11 +1,11 @@
 """How fast could any S1 forward be in the order its points come? (CUDA only.)
 
-Times `bench/gather_probe.cu`, which makes the loads and stores of grid.sample's CUDA
+Times `bench/probes/gather_probe.cu`, which makes the loads and stores of grid.sample's CUDA
 forward on S1's inputs with the cell computation done beforehand (outside the timing),
 next to grid.sample and F.grid_sample, with the benchmark's own timing. The probe's speed-up
 over F.grid_sample bounds what a kernel visiting the points in this order can show.
 
-    python bench/gather_probe.py [--json PATH]
+    python bench/probes/gather_probe.py [--json PATH]
 """
 
 from __future__ import annotations
@@ -16,11 +16,16 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_ops import FULL, ROOT, WORKLOADS, Ctx, SampleCase, grid_sample, parse_args, rel_err
 from torch.utils.cpp_extension import load
 
-import grid
-from grid import _backend
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
+from bench_ops import parse_args  # noqa: E402
+from harness import ROOT, Ctx, rel_err  # noqa: E402
+from ops_sample import SampleCase  # noqa: E402
+from workloads import FULL, grid_sample, seed_of  # noqa: E402
+
+import grid  # noqa: E402
+from grid import _backend  # noqa: E402
 
 VARIANTS = ((1, 5), (1, 8), (2, 2), (2, 3))  # (16-byte vectors per thread, blocks per SM)
 
@@ -54,7 +59,7 @@ def main() -> int:
     )
     device = torch.device("cuda")
     ctx = Ctx(parse_args(["--device", "cuda", "--only", "S1"]), device)
-    seed = 1000 * WORKLOADS.index("S1")  # the benchmark's S1 inputs
+    seed = seed_of("S1")  # the benchmark's S1 inputs
     torch.manual_seed(seed)
     case = SampleCase(ctx, FULL["S1"], seed, device)
     features, points = case.features, case.points

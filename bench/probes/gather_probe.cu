@@ -1,6 +1,6 @@
-// The gather probe (bench/gather_probe.py): the loads and stores of grid::sample's CUDA forward
-// with every cell computation taken out. Cells come precomputed, every corner is in range, so
-// what is left is the memory system serving this access order.
+// The gather probe (bench/probes/gather_probe.py): the loads and stores of grid::sample's CUDA
+// forward with every cell computation taken out. Cells come precomputed, every corner is in
+// range, so what is left is the memory system serving this access order.
 #include <torch/extension.h>
 
 #include "cuda/cuda_utils.cuh"

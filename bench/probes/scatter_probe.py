@@ -1,18 +1,18 @@
 """How fast could any S1 / S2 backward be, with atomics, in the points' order or sorted?
 (CUDA only.)
 
-Times `bench/scatter_probe.cu`, which makes the feature-gradient updates of grid.sample's CUDA
-backward (float4 atomics of the weighted grad_out rows into the [R, R, R, F] gradient grid, the
-backward's thread layout) with the cell computation done beforehand and no point gradient, on
-S1's and S2's inputs: in the points' order, after sorting the points by cell (sorted inputs,
-or read through the sorted index), and as plain stores (racy, for the cost of the scattered
-access alone). Next to it: grid.sample's forward, forward+backward and backward op (both
-gradients, the grid's only, the points' only), zeroing the gradient grid (`zero_`), cub's radix
-sort and torch.sort of the cell keys, and the permutation of grad_out and the cells into sorted
-order, all with the benchmark's own timing. From these, the best forward+backward each order
-allows, as a share of the byte floor (bench/NOTES.md, "Floors").
+Times `bench/probes/scatter_probe.cu`, which makes the feature-gradient updates of
+grid.sample's CUDA backward (float4 atomics of the weighted grad_out rows into the [R, R, R, F]
+gradient grid, the backward's thread layout) with the cell computation done beforehand and no
+point gradient, on S1's and S2's inputs: in the points' order, after sorting the points by cell
+(sorted inputs, or read through the sorted index), and as plain stores (racy, for the cost of
+the scattered access alone). Next to it: grid.sample's forward, forward+backward and backward
+op (both gradients, the grid's only, the points' only), zeroing the gradient grid (`zero_`),
+cub's radix sort and torch.sort of the cell keys, and the permutation of grad_out and the cells
+into sorted order, all with the benchmark's own timing. From these, the best forward+backward
+each order allows, as a share of the byte floor (bench/NOTES.md, "Floors").
 
-    python bench/scatter_probe.py [--json PATH]
+    python bench/probes/scatter_probe.py [--json PATH]
 """
 
 from __future__ import annotations
@@ -23,12 +23,17 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_ops import FULL, ROOT, WORKLOADS, Ctx, SampleCase, parse_args, rel_err
-from gather_probe import precomputed_cells
 from torch.utils.cpp_extension import load
 
-import grid
-from grid import _backend
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
+from bench_ops import parse_args  # noqa: E402
+from gather_probe import precomputed_cells  # noqa: E402
+from harness import ROOT, Ctx, rel_err  # noqa: E402
+from ops_sample import SampleCase  # noqa: E402
+from workloads import FULL, seed_of  # noqa: E402
+
+import grid  # noqa: E402
+from grid import _backend  # noqa: E402
 
 
 def build_probe():
@@ -137,7 +142,7 @@ def main() -> int:
     result["copy_gbps"] = gbps
     print(f"{result['device']} | torch {result['torch']} | copy {gbps:.0f} GB/s")
     for name in ("S1", "S2"):
-        seed = 1000 * WORKLOADS.index(name)  # the benchmark's inputs
+        seed = seed_of(name)  # the benchmark's inputs
         case = SampleCase(ctx, FULL[name], seed, device)
         stats, errors = timings(ctx, probe, case)
         medians = {k: v["median"] for k, v in stats.items()}

@@ -1,11 +1,11 @@
 """Small-F kernel variants on S5's rays, side by side with the benchmark's own timing.
 (CUDA only.)
 
-Times `bench/small_f_probe.cu` (the kernels of csrc/cuda/sample_small_f.cuh with one or two
+Times `bench/probes/small_f_probe.cu` (the kernels of csrc/cuda/sample_small_f.cuh with one or two
 points per thread in the forward, z-pair vector or scalar atomics in the backward) next to
 grid.sample's forward and backward op and F.grid_sample, for F = 1, 2, 3, 4.
 
-    python bench/small_f_probe.py [--json PATH]
+    python bench/probes/small_f_probe.py [--json PATH]
 """
 
 from __future__ import annotations
@@ -16,22 +16,16 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_ops import (
-    FULL,
-    ROOT,
-    WORKLOADS,
-    Ctx,
-    generator,
-    grid_sample,
-    make_points,
-    parse_args,
-    rel_err,
-    small_f_case,
-)
 from torch.utils.cpp_extension import load
 
-import grid
-from grid import _backend
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
+from bench_ops import parse_args  # noqa: E402
+from harness import ROOT, Ctx, rel_err  # noqa: E402
+from ops_sample import small_f_case  # noqa: E402
+from workloads import FULL, generator, grid_sample, make_points, seed_of  # noqa: E402
+
+import grid  # noqa: E402
+from grid import _backend  # noqa: E402
 
 
 def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
@@ -86,7 +80,7 @@ def main() -> int:
     )
     device = torch.device("cuda")
     ctx = Ctx(parse_args(["--device", "cuda", "--only", "S5"]), device)
-    seed = 1000 * WORKLOADS.index("S5")  # the benchmark's S5 inputs
+    seed = seed_of("S5")  # the benchmark's S5 inputs
     size = FULL["S5"]
     points = make_points(size, device, generator(device, seed)).reshape(-1, 3)
     result: dict = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__}

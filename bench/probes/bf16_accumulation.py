@@ -8,17 +8,21 @@ time in a random order, rounding to bf16 after every add, and the relative max e
 against the float64 sum is printed for a few orders. The benchmark's bf16 tolerance for
 grad_features rests on this.
 
-    python bench/bf16_accumulation.py [--trials 4]
+    python bench/probes/bf16_accumulation.py [--trials 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
-from bench_ops import FULL, generator, ray_points
 
-from grid import reference
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
+from workloads import FULL, generator, ray_points  # noqa: E402
+
+from grid import reference  # noqa: E402
 
 
 def contributions(r: int, points: torch.Tensor, grad: torch.Tensor):

@@ -1,4 +1,4 @@
-// The scatter probe (bench/scatter_probe.py): the feature-gradient updates of grid::sample's
+// The scatter probe (bench/probes/scatter_probe.py): the feature-gradient updates of grid::sample's
 // CUDA backward (csrc/cuda/sample_backward.cu) with every cell computation and the point
 // gradient taken out. Cells come precomputed, every corner is in range, the thread layout is the
 // backward's (a group of 2 * F / 4 threads per point, split by the z side of the cell, one
