@@ -32,8 +32,8 @@ from harness import ROOT, Ctx, attempt, fmt_ms, free_memory, timeit, timeit_sync
 
 from train.config import load_config
 from train.loop import select_device
-from train.nerf import NerfExperiment, make_model
-from train.nerf_model import VoxelNeRF
+from train.nerf.experiment import NerfExperiment, make_model
+from train.nerf.model import VoxelNeRF
 
 
 def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:

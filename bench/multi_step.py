@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from train.config import load_config  # noqa: E402
 from train.distributed import start, stop  # noqa: E402
-from train.field import FieldExperiment  # noqa: E402
+from train.field.experiment import FieldExperiment  # noqa: E402
 from train.loop import select_device  # noqa: E402
 
 
