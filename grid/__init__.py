@@ -1,12 +1,16 @@
-"""Dense voxel feature grids for PyTorch: fused trilinear operators (CPU and CUDA) and a
-`VoxelGrid` module.
+"""Dense voxel feature grids for PyTorch: fused trilinear operators (CPU and CUDA), a
+`VoxelGrid` module, and the pieces of a grid-based NeRF renderer (ray marching, an
+occupancy grid, compositing of packed samples).
 
     >>> import grid
     >>> grid.sample(features, points)  # features: [X, Y, Z, F], points: [..., 3] -> [..., F]
 """
 
 from . import reference
+from .occupancy import OccupancyGrid
 from .ops import sample, total_variation, total_variation_add_grad_, trilinear
+from .rays import RaySamples, march_rays, ray_aabb
+from .volrend import accumulate_along_rays, composite, composite_weights
 from .voxel_grid import VoxelGrid
 
 __all__ = [
@@ -16,5 +20,12 @@ __all__ = [
     "total_variation",
     "total_variation_add_grad_",
     "reference",
+    "ray_aabb",
+    "march_rays",
+    "RaySamples",
+    "OccupancyGrid",
+    "composite_weights",
+    "accumulate_along_rays",
+    "composite",
 ]
 __version__ = "0.1.0"

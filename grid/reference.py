@@ -2,7 +2,10 @@
 
 Every native kernel is tested against these. They favour being obviously right
 over being fast: `sample` builds the `[N, 8, F]` corner tensor that the native
-kernel never materialises.
+kernel never materialises, and the rendering references (`ray_aabb`, `march_rays`,
+`occupancy_query`, `composite_weights`, `accumulate_along_rays`) walk one ray, sample or
+point at a time where the packed versions in `grid.rays` and `grid.volrend` work on
+whole lists.
 """
 
 from __future__ import annotations
@@ -123,3 +126,108 @@ def total_variation(features: Tensor) -> Tensor:
     dy = (f[:, 1:] - f[:, :-1]).square().mean()
     dz = (f[:, :, 1:] - f[:, :, :-1]).square().mean()
     return (dx + dy + dz) / 3
+
+
+# ---- rendering: per-ray loops over the packed functions of grid.rays and grid.volrend ----
+
+
+def ray_aabb(
+    origins: Tensor, directions: Tensor, lo: Tensor, hi: Tensor, near: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """origins, directions: [R, 3]; lo, hi: [3] -> t_near, t_far: [R], one ray at a time.
+
+    Per axis the ray is between the two planes for t between (lo - o) / d and (hi - o) / d
+    (written `* (1 / d)`, as the packed version computes it; a zero d stands in as 1e-10);
+    inside the box is the intersection of the three intervals, cut at `near`.
+    """
+    dtype = torch.promote_types(origins.dtype, lo.dtype)
+    t_near, t_far = [], []
+    for o, d in zip(origins, directions, strict=True):
+        entries, exits = [], []
+        for a in range(3):
+            inv = 1.0 / (d[a] if d[a] != 0 else d.new_tensor(1e-10))
+            t0, t1 = (lo[a] - o[a]) * inv, (hi[a] - o[a]) * inv
+            entries.append(torch.minimum(t0, t1))
+            exits.append(torch.maximum(t0, t1))
+        t_near.append(torch.stack(entries).max().clamp_min(near))
+        t_far.append(torch.stack(exits).min())
+    if not t_near:
+        return origins.new_zeros(0, dtype=dtype), origins.new_zeros(0, dtype=dtype)
+    return torch.stack(t_near), torch.stack(t_far)
+
+
+def occupancy_query(flags: Tensor, bounds: Tensor, points: Tensor) -> Tensor:
+    """flags: [X, Y, Z] bool; bounds: [2, 3]; points: [P, 3] -> [P] bool, one point at a time:
+    the flag of the voxel whose index is the point's continuous index rounded (half to
+    even), clamped to the grid."""
+    lo, hi = bounds
+    out = []
+    for p in points:
+        index = []
+        for a in range(3):
+            last = flags.shape[a] - 1
+            i = int(((p[a] - lo[a]) / (hi[a] - lo[a]) * last).round())
+            index.append(min(max(i, 0), last))
+        out.append(bool(flags[tuple(index)]))
+    return torch.tensor(out, dtype=torch.bool)
+
+
+def march_rays(
+    origins: Tensor,
+    directions: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    step: float,
+    near: float = 0.0,
+    flags: Tensor | None = None,
+    flag_bounds: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """-> ray_indices [S] int64, t [S], points [S, 3]: for each ray in turn, its
+    ceil((t_far - t_near) / step) step centres t_near + (j + 0.5) * step, dropping those
+    whose nearest voxel in `flags` (over the box `flag_bounds` [2, 3]) is False. A ray
+    with a zero direction or a non-finite span gets none."""
+    t_near, t_far = ray_aabb(origins, directions, lo, hi, near)
+    rays, ts, points = [], [], []
+    for r in range(origins.shape[0]):
+        n = ((t_far[r] - t_near[r]) / step).ceil()
+        n = int(n) if n.isfinite() and n > 0 and directions[r].any() else 0
+        for j in range(n):
+            t = t_near[r] + (torch.tensor(float(j), dtype=t_near.dtype) + 0.5) * step
+            p = origins[r] + directions[r] * t
+            if flags is not None and not occupancy_query(flags, flag_bounds, p[None])[0]:
+                continue
+            rays.append(r)
+            ts.append(t)
+            points.append(p)
+    if not rays:
+        return (
+            torch.zeros(0, dtype=torch.int64),
+            t_near.new_zeros(0),
+            origins.new_zeros(0, 3),
+        )
+    return torch.tensor(rays), torch.stack(ts), torch.stack(points)
+
+
+def composite_weights(alpha: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor:
+    """alpha: [S]; ray_indices: [S] -> weights [S]: walking the samples in order, each
+    gets alpha times its ray's transmittance so far (a float64 product of 1 - alpha)."""
+    transmittance = [1.0] * n_rays
+    out = []
+    for a, r in zip(alpha.tolist(), ray_indices.tolist(), strict=True):
+        out.append(a * transmittance[r])
+        transmittance[r] *= 1.0 - a
+    return torch.tensor(out, dtype=torch.float64).to(alpha.dtype)
+
+
+def accumulate_along_rays(
+    weights: Tensor, values: Tensor | None, ray_indices: Tensor, n_rays: int
+) -> Tensor:
+    """weights: [S]; values: [S, C], [S] or None; ray_indices: [S] -> [R, C] or [R]:
+    each ray's sum of weight * value (or of the weights), in float64."""
+    w = weights.double()
+    v = torch.ones_like(w) if values is None else values.double()
+    out = torch.zeros((n_rays, *v.shape[1:]), dtype=torch.float64)
+    for i, r in enumerate(ray_indices.tolist()):
+        out[r] += w[i] * v[i]
+    dtype = weights.dtype if values is None else torch.promote_types(weights.dtype, values.dtype)
+    return out.to(dtype)

@@ -1,0 +1,194 @@
+"""Front-to-back compositing of packed samples (see `grid.rays` for how they are made).
+
+A packed list holds the S samples of R rays sorted by ray, front to back within a ray;
+`ray_indices [S]` names each sample's ray. A sample's weight is its alpha times the
+transmittance in front of it; colour, depth and opacity are weighted sums per ray.
+
+    weights = grid.composite_weights(alpha, ray_indices, n_rays)            # [S]
+    rgb, depth, acc = grid.composite(weights, ray_indices, n_rays, colors, t, background)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import _checks
+
+# log(1 - alpha) is taken with alpha clamped to this, so an opaque sample (alpha = 1)
+# leaves a transmittance of 1e-6 rather than log(0) = -inf (which would make NaN).
+_MAX_ALPHA = 1 - 1e-6
+
+
+def composite_weights(alpha: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor:
+    """Front-to-back compositing weights of packed samples.
+
+    `w_i = alpha_i * prod_{j < i, same ray} (1 - alpha_j)`, with each alpha_j clamped to
+    at most 1 - 1e-6 inside the product (an opaque sample lets 1e-6 through).
+
+    The exclusive product is a segmented cumulative sum of log(1 - alpha), taken over the
+    whole packed list in float64 (the running total grows with S; float32 would lose the
+    per-ray differences) and rebased at the first sample of each ray.
+
+    Args:
+        alpha: [S] floating, each in [0, 1].
+        ray_indices: [S] int64 (or int32) on alpha's device, non-decreasing (sorted by
+            ray, front to back within a ray).
+        n_rays: R, the number of rays (> every index).
+
+    Returns:
+        weights [S] in alpha's dtype; differentiable with respect to alpha. Per ray they
+        sum to the opacity 1 - prod(1 - alpha).
+
+    The index checks read three numbers back from the device (a host synchronisation
+    on CUDA; skipped under torch.compile); the computation itself needs none.
+    """
+    _check_samples("alpha", alpha, ray_indices, n_rays)
+    _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=True)
+    return _composite_weights(alpha, ray_indices)
+
+
+def accumulate_along_rays(
+    weights: Tensor, values: Tensor | None, ray_indices: Tensor, n_rays: int
+) -> Tensor:
+    """Weighted sums per ray: `out[r] = sum over samples i of ray r of weights_i * values_i`.
+
+    Args:
+        weights: [S] floating.
+        values: [S, C] (e.g. colours), [S] (e.g. distances t: expected depth), or None
+            (the weights alone: opacity).
+        ray_indices: [S] int64 (or int32) on the weights' device, each in [0, n_rays)
+            (any order).
+        n_rays: R, the number of rays.
+
+    Returns:
+        [R, C] for values [S, C]; [R] for values [S] or None. Rays without samples get 0.
+        The dtype is that of `weights * values`. Differentiable with respect to weights
+        and values.
+
+    The index check reads two numbers back from the device (a host synchronisation on
+    CUDA; skipped under torch.compile).
+    """
+    _check_samples("weights", weights, ray_indices, n_rays)
+    if values is not None:
+        _check_values("values", values, weights)
+    _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=False)
+    return _accumulate(weights, values, ray_indices, n_rays)
+
+
+def composite(
+    weights: Tensor,
+    ray_indices: Tensor,
+    n_rays: int,
+    colors: Tensor,
+    t: Tensor,
+    background: Tensor | None = None,
+    *,
+    visible: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Colour, expected depth and opacity of each ray from its samples' weights.
+
+    `acc = sum w`, `depth = sum w * t`, `rgb = sum w * colour + (1 - acc) * background`.
+
+    Args:
+        weights: [S] compositing weights (`composite_weights`).
+        ray_indices: [S] int64 (or int32), each in [0, n_rays) (any order).
+        n_rays: R.
+        colors: [S, C] the samples' colours, or [V, C] with `visible`.
+        t: [S] the samples' distances along their rays.
+        background: [C] or [R, C], the colour behind the scene; None adds nothing
+            (black).
+        visible: optional [S] bool, the samples `colors` holds colours for (V of them, in
+            order): the others add no colour but still count in acc and depth, so a
+            caller can skip the colour network where the weight is negligible.
+
+    Returns:
+        (rgb [R, C], depth [R], acc [R]). Depth is the expected distance, not divided by
+        acc (0 for a ray without samples). Differentiable with respect to weights, colors,
+        t and background.
+    """
+    _check_samples("weights", weights, ray_indices, n_rays)
+    _check_values("t", t, weights, dim=1)
+    if visible is not None:
+        if not isinstance(visible, Tensor) or visible.dtype != torch.bool:
+            got = visible.dtype if isinstance(visible, Tensor) else type(visible).__name__
+            raise TypeError(f"visible: expected a bool tensor [S] or None, got {got}")
+        if visible.shape != weights.shape:
+            raise ValueError(
+                f"visible: expected shape {list(weights.shape)} like weights, "
+                f"got {list(visible.shape)}"
+            )
+        _checks.same_device("visible", visible, "weights", weights)
+    _checks.float_tensor("colors", colors, "[S, C]", 2)
+    _checks.same_device("colors", colors, "weights", weights)
+    if visible is None:
+        _checks.same_length("colors", colors, "weights", weights)
+    if background is not None:
+        _checks.float_tensor("background", background, "[C] or [R, C]", (1, 2))
+        _checks.same_device("background", background, "weights", weights)
+        expected = [colors.shape[1]] if background.dim() == 1 else [n_rays, colors.shape[1]]
+        if list(background.shape) != expected:
+            raise ValueError(f"background: expected shape {expected}, got {list(background.shape)}")
+    _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=False)
+
+    # The order of the ops on `weights` fixes the order in which autograd sums their
+    # gradients: the colour's subset first, then acc, then depth (as VoxelNeRF did).
+    weights_c, rays_c = weights, ray_indices
+    if visible is not None:
+        rays_c, weights_c = ray_indices[visible], weights[visible]
+        if colors.shape[0] != rays_c.shape[0]:
+            raise ValueError(
+                f"colors: expected {rays_c.shape[0]} rows (one per visible sample), "
+                f"got shape {list(colors.shape)}"
+            )
+    acc = _accumulate(weights, None, ray_indices, n_rays)
+    rgb = _accumulate(weights_c, colors, rays_c, n_rays)
+    if background is not None:
+        rgb = rgb + (1.0 - acc)[:, None] * background
+    depth = _accumulate(weights, t, ray_indices, n_rays)
+    return rgb, depth, acc
+
+
+# ---- the computations, without checks ----------------------------------------------
+
+
+def _composite_weights(alpha: Tensor, ray_indices: Tensor) -> Tensor:
+    log_t = torch.log1p(-alpha.clamp(max=_MAX_ALPHA)).double()  # [S] log(1 - alpha)
+    inclusive = torch.cumsum(log_t, 0)
+    exclusive = inclusive - log_t  # sum over all earlier samples of the packed list
+    # Each sample's ray's first sample: the first position of its index in the sorted list.
+    idx = ray_indices.contiguous()
+    first = torch.searchsorted(idx, idx)  # [S]
+    transmittance = torch.exp(exclusive - exclusive[first]).to(alpha.dtype)
+    return alpha * transmittance
+
+
+def _accumulate(weights: Tensor, values: Tensor | None, ray_indices: Tensor, n_rays: int):
+    if values is None:
+        contributions = weights  # [S]
+    elif values.dim() == 1:
+        contributions = weights * values  # [S]
+    else:
+        contributions = weights[:, None] * values  # [S, C]
+    out = contributions.new_zeros((n_rays, *contributions.shape[1:]))
+    return out.index_add(0, ray_indices, contributions)
+
+
+# ---- checks -------------------------------------------------------------------------
+
+
+def _check_samples(name: str, samples: Tensor, ray_indices: Tensor, n_rays: int) -> None:
+    """samples [S] floating; ray_indices [S] int on the same device; n_rays an int >= 0."""
+    _checks.float_tensor(name, samples, "[S]", 1)
+    _checks.index_tensor("ray_indices", ray_indices)
+    _checks.same_device("ray_indices", ray_indices, name, samples)
+    _checks.same_length("ray_indices", ray_indices, name, samples)
+    _checks.count("n_rays", n_rays)
+
+
+def _check_values(name: str, values: Tensor, weights: Tensor, dim: int | None = None) -> None:
+    """values [S] or [S, C] (only [S] with dim=1), floating, on the weights' device."""
+    shape = "[S]" if dim == 1 else "[S] or [S, C]"
+    _checks.float_tensor(name, values, shape, 1 if dim == 1 else (1, 2))
+    _checks.same_device(name, values, "weights", weights)
+    _checks.same_length(name, values, "weights", weights)
