@@ -48,7 +48,7 @@ def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
             f = getattr(native, name).features
             getattr(other, name).features.copy_(f.permute(3, 2, 1, 0)[None])
         other.mlp.load_state_dict(native.mlp.state_dict())
-        other.occupancy = native.occupancy.clone()
+        other.occupancy_grid.load_flags(native.occupancy.clone())
     return other
 
 

@@ -20,7 +20,9 @@ from . import _checks
 _MAX_ALPHA = 1 - 1e-6
 
 
-def composite_weights(alpha: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor:
+def composite_weights(
+    alpha: Tensor, ray_indices: Tensor, n_rays: int, *, check_indices: bool = True
+) -> Tensor:
     """Front-to-back compositing weights of packed samples.
 
     `w_i = alpha_i * prod_{j < i, same ray} (1 - alpha_j)`, with each alpha_j clamped to
@@ -42,9 +44,12 @@ def composite_weights(alpha: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor
 
     The index checks read three numbers back from the device (a host synchronisation
     on CUDA; skipped under torch.compile); the computation itself needs none.
+    `check_indices=False` skips them, for indices the caller built sorted and in range
+    (`march_rays`' output): unsorted indices then give wrong weights, silently.
     """
     _check_samples("alpha", alpha, ray_indices, n_rays)
-    _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=True)
+    if check_indices:
+        _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=True)
     return _composite_weights(alpha, ray_indices)
 
 
@@ -85,6 +90,7 @@ def composite(
     background: Tensor | None = None,
     *,
     visible: Tensor | None = None,
+    check_indices: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Colour, expected depth and opacity of each ray from its samples' weights.
 
@@ -106,6 +112,9 @@ def composite(
         (rgb [R, C], depth [R], acc [R]). Depth is the expected distance, not divided by
         acc (0 for a ray without samples). Differentiable with respect to weights, colors,
         t and background.
+
+    The index check reads two numbers back from the device (a host synchronisation on
+    CUDA); `check_indices=False` skips it, for indices known to be in range.
     """
     _check_samples("weights", weights, ray_indices, n_rays)
     _check_values("t", t, weights, dim=1)
@@ -129,7 +138,8 @@ def composite(
         expected = [colors.shape[1]] if background.dim() == 1 else [n_rays, colors.shape[1]]
         if list(background.shape) != expected:
             raise ValueError(f"background: expected shape {expected}, got {list(background.shape)}")
-    _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=False)
+    if check_indices:
+        _checks.ray_index_values(ray_indices, n_rays, "ray_indices", sorted_=False)
 
     # The order of the ops on `weights` fixes the order in which autograd sums their
     # gradients: the colour's subset first, then acc, then depth (as VoxelNeRF did).

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train.nerf.model import VoxelNeRF, composite_weights, positional_encoding, ray_box
+from grid import composite_weights
+from grid import ray_aabb as ray_box
+from train.nerf.model import VoxelNeRF, positional_encoding
 
 BOUNDS = ((-1.5, -1.5, -1.5), (1.5, 1.5, 1.5))
 

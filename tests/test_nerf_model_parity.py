@@ -1,14 +1,9 @@
-"""PARITY WITH THE TRAINING SCRIPT'S NERF MODEL (bitwise).
+"""PARITY WITH THE NERF MODEL AS IT WAS BEFORE ITS RENDERING MOVED INTO THE LIBRARY (bitwise).
 
-The rendering pieces of `grid` (ray_aabb, march_rays, OccupancyGrid, composite_weights,
-composite) were lifted out of `train/nerf_model.py`. These tests run the model's own code
-next to the library's and require identical bits, so that once `VoxelNeRF` calls the
-library its results do not change. `library_render` below is how `VoxelNeRF.render`
-should read after the move.
-
-When the training files move, only the import below changes (`train.nerf_model` ->
-`train.nerf.model`); once the model calls the library, these tests can compare against
-saved outputs instead, or go.
+`VoxelNeRF` (train/nerf/model.py) now renders with `grid.march_rays`, `grid.OccupancyGrid`,
+`grid.composite_weights` and `grid.composite`. The functions below are the model's own code
+from before that move, kept verbatim as the reference: the library and the model must give
+the same bits (samples, renders, gradients), so trained results do not change.
 """
 
 from __future__ import annotations
@@ -16,9 +11,100 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 import grid
-from train.nerf_model import VoxelNeRF, composite_weights, positional_encoding, ray_box
+from train.nerf.model import VoxelNeRF, positional_encoding
+
+# ---- the model's code before the move (reference) ------------------------------------
+
+
+def ray_box(origins: Tensor, directions: Tensor, lo: Tensor, hi: Tensor, near: float):
+    """Slab test. origins, directions: [R, 3]; lo, hi: [3] -> t_near, t_far: [R]
+    (t_far <= t_near for a ray that misses the box)."""
+    inv = 1.0 / torch.where(directions == 0, torch.full_like(directions, 1e-10), directions)
+    t0, t1 = (lo - origins) * inv, (hi - origins) * inv
+    t_near = torch.minimum(t0, t1).amax(-1).clamp_min(near)
+    t_far = torch.maximum(t0, t1).amin(-1)
+    return t_near, t_far
+
+
+def composite_weights(alpha: Tensor, ray_id: Tensor, n_rays: int) -> Tensor:
+    """Front-to-back compositing weights of packed samples.
+
+    alpha: [S] in [0, 1); ray_id: [S] non-decreasing. Returns w [S] with
+    `w_i = alpha_i * prod_{j < i, same ray} (1 - alpha_j)`.
+
+    The exclusive product is a segmented cumulative sum of log(1 - alpha), taken over the
+    whole packed list in float64 (the running total grows with the number of rays, float32
+    would lose the per-ray differences) and rebased at the first sample of each ray.
+    """
+    if alpha.shape[0] == 0:
+        return alpha
+    log_t = torch.log1p(-alpha.clamp(max=1 - 1e-6)).double()  # [S]
+    inclusive = torch.cumsum(log_t, 0)
+    exclusive = inclusive - log_t
+    counts = torch.bincount(ray_id, minlength=n_rays)
+    first = torch.cumsum(counts, 0) - counts  # [R] index of each ray's first sample
+    base = exclusive[first.clamp_max(exclusive.shape[0] - 1)]  # [R]
+    transmittance = torch.exp(exclusive - base[ray_id]).to(alpha.dtype)
+    return alpha * transmittance
+
+
+def old_occupied(m: VoxelNeRF, points: torch.Tensor) -> torch.Tensor:
+    lo, hi = torch.tensor(m.bounds_list, device=points.device)
+    size = torch.tensor(m.resolution, device=points.device)
+    index = ((points - lo) / (hi - lo) * (size - 1)).round().long()
+    index = torch.minimum(index.clamp_min(0), size - 1)
+    x, y, z = index.unbind(-1)
+    return m.occupancy[x, y, z]
+
+
+@torch.no_grad()
+def old_update_occupancy(m: VoxelNeRF) -> tuple[float, torch.Tensor]:
+    raw = m.density_values()  # [X, Y, Z]
+    alpha = -torch.expm1(-F.softplus(raw + m.shift) * m.interval())
+    dilated = F.max_pool3d(alpha[None, None], 3, stride=1, padding=1)[0, 0]
+    occupancy = dilated >= m.occupancy_threshold
+    return occupancy.float().mean().item(), occupancy
+
+
+def old_upsampled_occupancy(occupancy: torch.Tensor, size) -> torch.Tensor:
+    occ = occupancy.float()[None, None]
+    occ = F.max_pool3d(occ, 3, stride=1, padding=1)
+    return F.interpolate(occ, size=size, mode="nearest")[0, 0] > 0
+
+
+def old_render(m: VoxelNeRF, origins, directions, background, near: float = 0.0):
+    n_rays = origins.shape[0]
+    device = origins.device
+    lo, hi = torch.tensor(m.bounds_list, device=device)
+    step = m.step_size()
+    t_near, t_far = ray_box(origins, directions, lo, hi, near)
+    counts = ((t_far - t_near) / step).ceil().clamp_min(0).long()
+    ray_id = torch.repeat_interleave(torch.arange(n_rays, device=device), counts)
+    first = torch.cumsum(counts, 0) - counts
+    j = torch.arange(ray_id.shape[0], device=device) - first[ray_id]
+    t = t_near[ray_id] + (j + 0.5) * step
+    points = origins[ray_id] + directions[ray_id] * t[:, None]
+    keep = old_occupied(m, points)
+    ray_id, t, points = ray_id[keep], t[keep], points[keep]
+    alpha = m.alpha(points, m.interval())
+    weights = composite_weights(alpha, ray_id, n_rays)
+    visible = weights > m.weight_threshold
+    ray_v, weights_v = ray_id[visible], weights[visible]
+    views = positional_encoding(directions, m.view_frequencies)
+    rgb_samples = m.rgb(points[visible], views[ray_v])
+    acc = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights)
+    rgb = torch.zeros(n_rays, 3, device=device).index_add(
+        0, ray_v, weights_v[:, None] * rgb_samples
+    )
+    rgb = rgb + (1.0 - acc)[:, None] * background
+    depth = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights * t)
+    return {"rgb": rgb, "depth": depth, "acc": acc, "samples": ray_id.shape[0]}
+
+
+# ---- tests ---------------------------------------------------------------------------------
 
 BOUNDS = ((-1.5, -1.5, -1.5), (1.5, 1.5, 1.5))
 
@@ -48,31 +134,6 @@ def model(**kwargs) -> VoxelNeRF:
     return m
 
 
-def occupancy_of(m: VoxelNeRF) -> grid.OccupancyGrid:
-    """The model's occupancy buffer as an OccupancyGrid over the model's box."""
-    occ = grid.OccupancyGrid(m.resolution, m.bounds_list)
-    occ.load_flags(m.occupancy)
-    return occ
-
-
-def library_render(m: VoxelNeRF, occupancy: grid.OccupancyGrid, origins, directions, background):
-    """VoxelNeRF.render written with the library."""
-    n_rays = origins.shape[0]
-    lo, hi = torch.tensor(m.bounds_list, device=origins.device)
-    ray_id, t, points = grid.march_rays(
-        origins, directions, lo, hi, m.step_size(), occupancy=occupancy
-    )
-    alpha = m.alpha(points, m.interval())
-    weights = grid.composite_weights(alpha, ray_id, n_rays)
-    visible = weights > m.weight_threshold
-    views = positional_encoding(directions, m.view_frequencies)  # [R, E]
-    colors = m.rgb(points[visible], views[ray_id[visible]])
-    rgb, depth, acc = grid.composite(
-        weights, ray_id, n_rays, colors, t, background, visible=visible
-    )
-    return {"rgb": rgb, "depth": depth, "acc": acc, "samples": ray_id.shape[0]}
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("near", [0.0, 3.0])
 def test_ray_aabb_is_ray_box(dtype, near):
@@ -84,7 +145,7 @@ def test_ray_aabb_is_ray_box(dtype, near):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_composite_weights_is_the_model_function(dtype):
+def test_composite_weights_is_the_old_function(dtype):
     gen = torch.Generator().manual_seed(3)
     for n_rays in (0, 1, 7, 300):
         counts = torch.randint(0, 20, (n_rays,), generator=gen)
@@ -97,52 +158,58 @@ def test_composite_weights_is_the_model_function(dtype):
         assert torch.equal(got, composite_weights(alpha, ray_id, n_rays))
 
 
-def test_occupancy_update_query_and_upsample_are_the_model_ones():
+def test_occupancy_update_query_and_upsample_are_the_old_ones():
     m = model(occupancy_threshold=1e-3)
-    occ = occupancy_of(m)
-    # update_occupancy: the same alpha grid, the same threshold
-    with torch.no_grad():
-        raw = m.density_values()
-        alpha = -torch.expm1(-F.softplus(raw + m.shift) * m.interval())
-    fraction = occ.update(alpha, m.occupancy_threshold)
-    assert fraction == m.update_occupancy()
-    assert 0.2 < fraction < 0.9
-    assert torch.equal(occ.flags, m.occupancy)
+    want_fraction, want = old_update_occupancy(m)
+    fraction = m.update_occupancy()
+    assert fraction == want_fraction and 0.2 < fraction < 0.9
+    assert torch.equal(m.occupancy, want)
     # occupied: points inside and outside the box, some on voxel centres and half-way
     gen = torch.Generator().manual_seed(4)
     points = torch.rand(20000, 3, generator=gen) * 3.6 - 1.8
     lo, hi = torch.tensor(BOUNDS)
     spacing = (hi - lo) / (torch.tensor(m.resolution) - 1)
     points[:500] = lo + torch.randint(0, 9, (500, 3), generator=gen) * spacing / 2
-    assert torch.equal(occ.query(points), m.occupied(points))
+    assert torch.equal(m.occupied(points), old_occupied(m, points))
     # upsample: dilate, then nearest
+    before = m.occupancy.clone()
     m.upsample((20, 17, 16))
-    occ.upsample((20, 17, 16))
-    assert torch.equal(occ.flags, m.occupancy)
-    assert torch.equal(occ.query(points), m.occupied(points))
+    assert torch.equal(m.occupancy, old_upsampled_occupancy(before, (20, 17, 16)))
+    assert torch.equal(m.occupied(points), old_occupied(m, points))
 
 
-def test_render_samples_are_the_model_samples():
-    """The points the model's render sends to the density grid, in order, and their rays."""
+def test_old_checkpoints_load():
+    """A state dict with the flags under the old buffer name "occupancy" loads."""
+    m = model(occupancy_threshold=1e-3)
+    m.update_occupancy()
+    state = m.state_dict()
+    state["occupancy"] = state.pop("occupancy_grid.flags")
+    other = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16)
+    other.load_state_dict(state)
+    assert torch.equal(other.occupancy, m.occupancy) and not other.occupancy.all()
+
+
+def test_render_samples_are_the_old_samples():
+    """The points the render sends to the density grid, in order."""
     m = model(occupancy_threshold=1e-3)
     m.update_occupancy()
     origins, directions = rays(256)
     seen = []
     density = m.density.forward
     m.density.forward = lambda points: seen.append(points) or density(points)  # record
-    out = m.render(origins, directions, torch.ones(3))
+    new = m.render(origins, directions, torch.ones(3))
+    old = old_render(m, origins, directions, torch.ones(3))
     del m.density.forward
+    assert new["samples"] == old["samples"] > 1000
+    assert torch.equal(seen[0], seen[1])
     lo, hi = torch.tensor(m.bounds_list)
-    samples = grid.march_rays(origins, directions, lo, hi, m.step_size(), occupancy=occupancy_of(m))
-    assert out["samples"] == samples.ray_indices.shape[0] > 1000
-    assert torch.equal(seen[0], samples.points)
     unskipped = grid.march_rays(origins, directions, lo, hi, m.step_size())
-    assert unskipped.t.shape[0] > samples.t.shape[0]  # the occupancy grid skipped some
+    assert unskipped.t.shape[0] > new["samples"]  # the occupancy grid skipped some
 
 
 @pytest.mark.parametrize("backend", ["native", "grid_sample"])
 @pytest.mark.parametrize("near", [0.0, 3.5])
-def test_render_with_the_library_is_bitwise_identical(backend, near):
+def test_render_is_bitwise_the_old_render(backend, near):
     m = model(occupancy_threshold=1e-3, backend="native")
     if backend == "grid_sample":  # the same fields on the other backend
         other = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, backend=backend)
@@ -154,13 +221,12 @@ def test_render_with_the_library_is_bitwise_identical(backend, near):
         m = other
     m.update_occupancy()
     origins, directions = rays(200, seed=5)
-    origins = origins + directions * near  # start further along; the model's near is 0
     background = torch.tensor([0.2, 0.5, 1.0])
 
-    want = m.render(origins, directions, background)
+    want = old_render(m, origins, directions, background, near=near)
     loss = want["rgb"].square().sum() + want["depth"].sum()
     want_grads = torch.autograd.grad(loss, list(m.parameters()))
-    got = library_render(m, occupancy_of(m), origins, directions, background)
+    got = m.render(origins, directions, background, near=near)
     loss = got["rgb"].square().sum() + got["depth"].sum()
     got_grads = torch.autograd.grad(loss, list(m.parameters()))
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from grid.voxel_grid import VoxelGrid
+from grid import OccupancyGrid, VoxelGrid, composite, composite_weights, march_rays
 
 BACKENDS = ("native", "grid_sample")
 
@@ -126,16 +126,6 @@ def positional_encoding(x: Tensor, frequencies: int) -> Tensor:
     return torch.cat([x, xb.sin(), xb.cos()], dim=-1)
 
 
-def ray_box(origins: Tensor, directions: Tensor, lo: Tensor, hi: Tensor, near: float):
-    """Slab test. origins, directions: [R, 3]; lo, hi: [3] -> t_near, t_far: [R]
-    (t_far <= t_near for a ray that misses the box)."""
-    inv = 1.0 / torch.where(directions == 0, torch.full_like(directions, 1e-10), directions)
-    t0, t1 = (lo - origins) * inv, (hi - origins) * inv
-    t_near = torch.minimum(t0, t1).amax(-1).clamp_min(near)
-    t_far = torch.maximum(t0, t1).amin(-1)
-    return t_near, t_far
-
-
 class VoxelNeRF(nn.Module):
     """DirectVoxGO-style radiance field over the box `bounds`.
 
@@ -155,8 +145,6 @@ class VoxelNeRF(nn.Module):
         weight_threshold: samples with compositing weight below it skip the colour.
         backend: "native" (VoxelGrid, grid.sample) or "grid_sample" (F.grid_sample).
     """
-
-    occupancy: Tensor
 
     def __init__(
         self,
@@ -197,7 +185,20 @@ class VoxelNeRF(nn.Module):
         self.final_voxel = ((hi - lo) / (torch.tensor(final) - 1)).prod().item() ** (1 / 3)
         self.occupancy_threshold = occupancy_threshold
         self.weight_threshold = weight_threshold
-        self.register_buffer("occupancy", torch.ones(size, dtype=torch.bool, device=device))
+        self.occupancy_grid = OccupancyGrid(size, bounds, device=device)
+
+    @property
+    def occupancy(self) -> Tensor:
+        """[X, Y, Z] bool: the occupancy grid's flags (`occupancy_grid.flags`)."""
+        return self.occupancy_grid.flags
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        # Checkpoints written before the occupancy grid moved into the library kept its
+        # flags as a buffer named "occupancy".
+        old = prefix + "occupancy"
+        if old in state_dict:
+            state_dict[prefix + "occupancy_grid.flags"] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     # ---- geometry -------------------------------------------------------------------------
 
@@ -231,15 +232,12 @@ class VoxelNeRF(nn.Module):
 
     @torch.no_grad()
     def update_occupancy(self) -> float:
-        """Recompute `occupancy` from the density grid: a voxel is occupied when it or a
-        neighbour has alpha >= occupancy_threshold (the 3x3x3 max covers every cell that
-        touches the voxel, so a sample's eight corners are all checked). Returns the
-        occupied fraction."""
+        """Recompute the occupancy grid from the density grid: a voxel is occupied when it
+        or a neighbour has alpha >= occupancy_threshold (see `OccupancyGrid.update`).
+        Returns the occupied fraction."""
         raw = self.density_values()  # [X, Y, Z]
         alpha = -torch.expm1(-F.softplus(raw + self.shift) * self.interval())
-        dilated = F.max_pool3d(alpha[None, None], 3, stride=1, padding=1)[0, 0]
-        self.occupancy = dilated >= self.occupancy_threshold
-        return self.occupancy.float().mean().item()
+        return self.occupancy_grid.update(alpha, self.occupancy_threshold)
 
     def density_values(self) -> Tensor:
         """The raw density grid as [X, Y, Z]."""
@@ -250,23 +248,16 @@ class VoxelNeRF(nn.Module):
 
     def occupied(self, points: Tensor) -> Tensor:
         """points: [S, 3] inside the box -> [S] bool, the nearest voxel's occupancy."""
-        lo, hi = torch.tensor(self.bounds_list, device=points.device)
-        size = torch.tensor(self.resolution, device=points.device)
-        index = ((points - lo) / (hi - lo) * (size - 1)).round().long()
-        index = torch.minimum(index.clamp_min(0), size - 1)
-        x, y, z = index.unbind(-1)
-        return self.occupancy[x, y, z]
+        return self.occupancy_grid.query(points)
 
     @torch.no_grad()
     def upsample(self, resolution: int | Sequence[int], optimizer=None) -> None:
         """Both grids to `resolution`, carrying the optimiser's moments; occupancy
-        resampled (nearest, then dilated) so skipping stays conservative."""
+        resampled (dilated, then nearest) so skipping stays conservative."""
         size = _triple(resolution)
+        self.occupancy_grid.upsample(size)  # first: it refuses shrinking before any change
         self.density.upsample(size, optimizer)
         self.color.upsample(size, optimizer)
-        occ = self.occupancy.float()[None, None]
-        occ = F.max_pool3d(occ, 3, stride=1, padding=1)
-        self.occupancy = F.interpolate(occ, size=size, mode="nearest")[0, 0] > 0
 
     def total_variation(self) -> Tensor:
         """Total variation of the density grid."""
@@ -289,34 +280,19 @@ class VoxelNeRF(nn.Module):
             acc [R] (opacity), samples (number of samples that reached the density grid).
         """
         n_rays = origins.shape[0]
-        device = origins.device
-        lo, hi = torch.tensor(self.bounds_list, device=device)
-        step = self.step_size()
-        t_near, t_far = ray_box(origins, directions, lo, hi, near)
-        counts = ((t_far - t_near) / step).ceil().clamp_min(0).long()  # [R], 0: misses
-        # Packed samples, sorted by ray: sample j of ray r at t_near[r] + (j + 0.5) * step.
-        ray_id = torch.repeat_interleave(torch.arange(n_rays, device=device), counts)  # [S]
-        first = torch.cumsum(counts, 0) - counts  # [R]
-        j = torch.arange(ray_id.shape[0], device=device) - first[ray_id]
-        t = t_near[ray_id] + (j + 0.5) * step  # [S]
-        points = origins[ray_id] + directions[ray_id] * t[:, None]  # [S, 3]
-
-        keep = self.occupied(points)  # empty space never reaches the grids
-        ray_id, t, points = ray_id[keep], t[keep], points[keep]
-        alpha = self.alpha(points, self.interval())  # [S']
-
-        weights = composite_weights(alpha, ray_id, n_rays)  # [S']
-        visible = weights > self.weight_threshold
-        ray_v, weights_v = ray_id[visible], weights[visible]
-        views = positional_encoding(directions, self.view_frequencies)  # [R, E]
-        rgb_samples = self.rgb(points[visible], views[ray_v])  # [S'', 3]
-
-        acc = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights)
-        rgb = torch.zeros(n_rays, 3, device=device).index_add(
-            0, ray_v, weights_v[:, None] * rgb_samples
+        lo, hi = self.occupancy_grid.bounds
+        # Packed samples, sorted by ray; empty space never reaches the grids.
+        ray_id, t, points = march_rays(
+            origins, directions, lo, hi, self.step_size(), near, self.occupancy_grid
         )
-        rgb = rgb + (1.0 - acc)[:, None] * background
-        depth = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights * t)
+        alpha = self.alpha(points, self.interval())  # [S]
+        weights = composite_weights(alpha, ray_id, n_rays, check_indices=False)  # [S]
+        visible = weights > self.weight_threshold
+        views = positional_encoding(directions, self.view_frequencies)  # [R, E]
+        colors = self.rgb(points[visible], views[ray_id[visible]])  # [S'', 3]
+        rgb, depth, acc = composite(
+            weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
+        )
         return {"rgb": rgb, "depth": depth, "acc": acc, "samples": ray_id.shape[0]}
 
     @torch.no_grad()
@@ -335,28 +311,6 @@ class VoxelNeRF(nn.Module):
             accs.append(out["acc"])
         rgb = torch.cat(rgbs).reshape(*shape, 3)
         return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
-
-
-def composite_weights(alpha: Tensor, ray_id: Tensor, n_rays: int) -> Tensor:
-    """Front-to-back compositing weights of packed samples.
-
-    alpha: [S] in [0, 1); ray_id: [S] non-decreasing. Returns w [S] with
-    `w_i = alpha_i * prod_{j < i, same ray} (1 - alpha_j)`.
-
-    The exclusive product is a segmented cumulative sum of log(1 - alpha), taken over the
-    whole packed list in float64 (the running total grows with the number of rays, float32
-    would lose the per-ray differences) and rebased at the first sample of each ray.
-    """
-    if alpha.shape[0] == 0:
-        return alpha
-    log_t = torch.log1p(-alpha.clamp(max=1 - 1e-6)).double()  # [S]
-    inclusive = torch.cumsum(log_t, 0)
-    exclusive = inclusive - log_t
-    counts = torch.bincount(ray_id, minlength=n_rays)
-    first = torch.cumsum(counts, 0) - counts  # [R] index of each ray's first sample
-    base = exclusive[first.clamp_max(exclusive.shape[0] - 1)]  # [R]
-    transmittance = torch.exp(exclusive - base[ray_id]).to(alpha.dtype)
-    return alpha * transmittance
 
 
 def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
