@@ -49,8 +49,9 @@ class StopSignals:
 
     The first signal sets `signum`; a second one exits the process at once with
     128 + its number. The previous handlers come back when the block ends (also on an
-    error). Outside the main thread (where Python allows no handlers) and for a signal
-    the parent process ignores (a background job's SIGINT, nohup), nothing is installed.
+    error). Outside the main thread (where Python allows no handlers), for a signal the
+    process was started with ignored (a background job's SIGINT, nohup) and for one whose
+    handler was installed outside Python, nothing is installed.
     """
 
     def __init__(self) -> None:
@@ -61,7 +62,8 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 previous = signal.getsignal(sig)
-                if previous is not signal.SIG_IGN:
+                # None: a handler installed outside Python, which could not be put back
+                if previous is not signal.SIG_IGN and previous is not None:
                     self._previous[sig] = previous
                     signal.signal(sig, self._handle)
         return self
