@@ -25,7 +25,7 @@ from train.config import ConfigError, load_config
 from train.distributed import World
 from train.errors import OutputFileError
 from train.interrupt import AGREE_EVERY, Interrupted, StopCheck, StopSignals
-from train.memory import check_memory, is_out_of_memory, needs
+from train.memory import available_bytes, check_memory, is_out_of_memory, needs
 from train.nerf.blender import DatasetError, load_blender
 
 from .test_blender import random_rgba, write_scene
@@ -385,6 +385,24 @@ def test_the_shipped_configs_are_never_refused():
         assert sum(n.bytes for n in needs(config)) < 4e9, path
         check_memory(config, torch.device("cpu"), available=4 * 10**9)
         check_memory(config, torch.device("cpu"))  # this machine's free memory
+
+
+def test_free_memory_is_the_lesser_of_the_machines_and_the_containers(monkeypatch):
+    files = {
+        "/proc/meminfo": "MemTotal: 100 kB\nMemAvailable:   20000000 kB\n",
+        "/sys/fs/cgroup/memory.max": "8000000000\n",
+        "/sys/fs/cgroup/memory.current": "7000000000\n",
+        "/sys/fs/cgroup/memory.stat": "anon 1\ninactive_file 500000000\n",  # reclaimable
+    }
+    read = Path.read_text
+
+    def fake(path, *args, **kwargs):
+        return files[str(path)] if str(path) in files else read(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", fake)
+    assert available_bytes(torch.device("cpu")) == 1_500_000_000
+    files["/sys/fs/cgroup/memory.max"] = "max\n"  # no limit: the machine's
+    assert available_bytes(torch.device("cpu")) == 20_000_000 * 1024
 
 
 def test_running_out_of_memory_while_training_is_one_line(tmp_path, monkeypatch, capsys):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,14 +27,18 @@ from . import experiments
 from .errors import ConfigError, OutOfMemory
 from .schema import Need
 
+if TYPE_CHECKING:
+    from .config import Config
+
 GB = 1e9  # decimal, as the allocators' messages ("500000000000 bytes")
 
 
 def gb(n: float) -> str:
+    """Bytes as decimal gigabytes, e.g. `2000.0 GB`, `0.03 GB`."""
     return f"{n / GB:.1f} GB" if n >= 0.05 * GB else f"{n / GB:.2f} GB"
 
 
-def needs(config) -> list[Need]:
+def needs(config: Config) -> list[Need]:
     """What a run of `config` allocates, largest first ([] for an experiment without an
     estimate)."""
     estimate = experiments.specs()[config.experiment].memory
@@ -72,7 +77,9 @@ def available_bytes(device: torch.device) -> int | None:
     limit = _read_number("/sys/fs/cgroup/memory.max")  # "max" (no limit) reads as None
     used = _read_number("/sys/fs/cgroup/memory.current")
     if limit is not None and used is not None:
-        found.append(max(limit - used, 0))
+        # file pages the kernel drops before it refuses memory count as free
+        cache = _read_number("/sys/fs/cgroup/memory.stat", "inactive_file ") or 0
+        found.append(max(limit - used + cache, 0))
     return min(found) if found else None
 
 
@@ -80,7 +87,7 @@ def _where(device: torch.device) -> str:
     return f"{device} has" if device.type == "cuda" else "the machine has"
 
 
-def check_memory(config, device: torch.device, available: int | None = None) -> None:
+def check_memory(config: Config, device: torch.device, available: int | None = None) -> None:
     """Raise ConfigError naming the key that needs the most when the run cannot fit.
 
     available: free bytes (default: `available_bytes(device)`; no check if unknown).
@@ -117,7 +124,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def out_of_memory(
-    config,
+    config: Config,
     device: torch.device | None,
     *,
     step: int,
