@@ -319,6 +319,23 @@ def test_a_full_disk_while_writing_a_run_file(tmp_path, monkeypatch, capsys, nam
         assert json.loads((out / "summary.json").read_text())["steps"] == 24
 
 
+def test_a_read_only_run_directory(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    mkdir = Path.mkdir
+
+    def read_only(path, *args, **kwargs):
+        if path == out:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert main(["--out", str(out), *sets(*TINY)]) == 2
+    assert one_line_error(capsys) == (
+        f"grid-train: write error: {out}: cannot write it: Read-only file system (EROFS); "
+        "nothing was written: fix that, then run the command again"
+    )
+
+
 def test_a_full_disk_while_writing_the_mesh(tmp_path, monkeypatch, capsys):
     from .test_sdf import SHORT
 

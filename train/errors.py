@@ -66,9 +66,18 @@ class OutputFileError(ConfigError):
 
     label = "write error"
 
-    def __init__(self, path: str | Path, problem: str, *, key: str | None = None) -> None:
-        self.path, self.problem, self.key = Path(path), problem, key
+    def __init__(
+        self, path: str | Path, problem: str, *, key: str | None = None, errno: int | None = None
+    ) -> None:
+        self.path, self.problem, self.key, self.errno = Path(path), problem, key, errno
         super().__init__(f"{key}: {path}: {problem}" if key else f"{path}: {problem}")
+
+    @property
+    def fix(self) -> str:
+        """What to do before trying again: free space (a full disk or quota), else
+        remove the cause."""
+        full = self.errno in (errno.ENOSPC, errno.EDQUOT)
+        return "free space" if full else "fix that"
 
     def add_hint(self, hint: str) -> None:
         """Append what the user can do, after "; " (the run adds what is left of it)."""
@@ -177,4 +186,5 @@ def writing(
             except OSError:
                 pass
         problem = f"cannot write it: {describe_os_error(cause)}"
-        raise OutputFileError(path, f"{problem}; {hint}" if hint else problem, key=key) from None
+        problem = f"{problem}; {hint}" if hint else problem
+        raise OutputFileError(path, problem, key=key, errno=cause.errno) from None

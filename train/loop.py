@@ -172,7 +172,7 @@ def run(
         try:
             return _train(config, Path(out_dir), resume, overwrite, stop_at, signals, progress)
         except OutputFileError as error:
-            error.add_hint(progress.left("free space"))
+            error.add_hint(progress.left(error.fix))
             raise
         except Exception as error:
             if not memory.is_out_of_memory(error):
@@ -244,7 +244,6 @@ def _train(
                 log.truncate_after(step)
             else:
                 log.reset()
-                (out / "summary.json").unlink(missing_ok=True)
             path = out / "config.toml"
             with writing(path, remove=path):
                 path.write_text(to_toml(c))
