@@ -161,7 +161,7 @@ def describe_os_error(error: OSError) -> str:
 
 @contextmanager
 def writing(
-    path: str | Path, *, remove: Path | None = None, hint: str = "", key: str | None = None
+    path: str | Path, *, remove: Path | None = None, key: str | None = None
 ) -> Iterator[None]:
     """Turn an OSError raised inside (or one that caused another exception there, see
     `os_error_in`) into an `OutputFileError` naming `path` and the cause.
@@ -169,7 +169,8 @@ def writing(
     remove: a partly written file to delete first (a temporary file, a picture cut
         short), so a failed write leaves nothing behind; a failure to delete it is
         ignored (the disk that refused the write may refuse more).
-    hint: what the user can do, appended after "; ".
+    key: the config key that named `path`, if any.
+    What is left of the run and what to do `train.loop.run` adds (`add_hint`).
     Other exceptions, ConfigErrors among them, pass through unchanged.
     """
     try:
@@ -186,5 +187,4 @@ def writing(
             except OSError:
                 pass
         problem = f"cannot write it: {describe_os_error(cause)}"
-        problem = f"{problem}; {hint}" if hint else problem
         raise OutputFileError(path, problem, key=key, errno=cause.errno) from None
