@@ -4,14 +4,16 @@ distance grid fitted to points, or a radiance field (NeRF) from posed images.
     python -m train --config configs/default.toml [--set key=value ...] [--out DIR]
     python -m train --config configs/nerf_scene.toml
 
-Shared machinery (knows no experiment by name): `loop` (the loop skeleton, checkpoints),
-`config` (the whole schema, parsing, validation, writing), `schema` (the vocabulary of
-tables and `ExperimentSpec`), `experiments` (the registry: name -> package), `errors` (the
-one-line errors, exit code 2, `read_input` for every file read), `rundir` (when a run may
-start in a directory; what `--overwrite` deletes), `dependencies` (optional packages
-checked at start-up), `distributed` (torchrun), `metrics` (PSNR, metrics.jsonl),
-`pictures` (common plotting), `grid_schedule` (learning rate and upsampling of one grid),
-`shapes` (analytic signed distances).
+Shared machinery (knows no experiment by name): `loop` (the loop skeleton), `checkpoint`
+(checkpoint.pt: atomic writes, resume), `interrupt` (SIGINT/SIGTERM, timed checkpoints),
+`memory` (the estimate before allocating, out-of-memory errors), `config` (the whole
+schema, parsing, validation, writing), `schema` (the vocabulary of tables and
+`ExperimentSpec`), `experiments` (the registry: name -> package), `errors` (the one-line
+errors, exit code 2, `read_input` for every file read, `writing` for every run file
+written), `rundir` (when a run may start in a directory; what `--overwrite` deletes),
+`dependencies` (optional packages checked at start-up), `distributed` (torchrun),
+`metrics` (PSNR, metrics.jsonl), `pictures` (common plotting), `grid_schedule` (learning
+rate and upsampling of one grid), `shapes` (analytic signed distances).
 One package per experiment, each holding its tables, data, model, evaluation and pictures:
 `field/`, `sdf/`, `nerf/`.
 `train.loop` imports `grid`, which builds the native ops on first use; the config, file,

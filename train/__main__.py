@@ -6,13 +6,16 @@ import argparse
 import contextlib
 import io
 import json
+import signal
 import sys
 from pathlib import Path
 
+from . import distributed
 from .config import load_config
 from .dependencies import check_dependencies
 from .distributed import World
 from .errors import ConfigError
+from .interrupt import Interrupted
 from .rundir import check_run_dir
 
 
@@ -22,8 +25,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Train an experiment (a VoxelGrid fitted to a target field, or a "
         "radiance field from posed images) and write a run directory (config.toml, "
         "metrics.jsonl, summary.json, checkpoint.pt, pictures).",
-        epilog="Errors in the config, the files it reads, the run directory or a missing "
-        "optional package stop the command before any work, with one line and exit code 2.",
+        epilog="Errors in the config, the files it reads, the run directory, a missing "
+        "optional package or a run too large for the memory stop the command before any "
+        "work, with one line and exit code 2; so do a run file that cannot be written and "
+        "running out of memory during training (the last checkpoint is kept). SIGINT "
+        "(Ctrl-C) and SIGTERM finish the current step, write the checkpoint and exit with "
+        "130 and 143; a second signal exits at once.",
     )
     parser.add_argument("--config", type=Path, help="experiment TOML file (default: built-ins)")
     parser.add_argument(
@@ -71,14 +78,17 @@ def _check_resume_args(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run. Every ConfigError (a bad key or option, an unusable
-    file, a run directory that holds a run, a missing optional package) prints one
-    line and returns 2, before any training.
+    file, a run directory that holds a run, a missing optional package, a run too large
+    for the memory) prints one line and returns 2, before any training; so do a run file
+    that cannot be written (`OutputFileError`) and running out of memory during training
+    (`OutOfMemory`). A signal that stops the run (`Interrupted`) prints one line and
+    returns 130 (SIGINT) or 143 (SIGTERM).
 
     Under torchrun (WORLD_SIZE in the environment) every rank runs this; they join the
     process group first, agree on any error (rank 0 prints it, every rank returns 2),
-    and rank 0 alone writes and prints (see train/distributed.py)."""
-    from . import distributed
-
+    and rank 0 alone writes and prints (see train/distributed.py). An error of one rank
+    alone (out of memory) is printed by that rank, which leaves without waiting for the
+    others (torchrun stops them)."""
     try:
         rank = distributed.from_env().rank
     except ConfigError as error:
@@ -92,14 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     world = distributed.start()
     in_step = False
     try:
-        code = _run(args, world)
-        in_step = True  # every rank got here together (errors are agreed)
+        code, in_step = _run(args, world)  # in_step: every rank got here together
         return code
+    except KeyboardInterrupt:  # Ctrl-C before training, while run() has no handler yet
+        print(
+            "grid-train: interrupted (SIGINT) outside training: no step was lost", file=sys.stderr
+        )
+        return 128 + signal.SIGINT
     finally:
         distributed.stop(barrier=in_step)
 
 
-def _run(args: argparse.Namespace, world: World) -> int:
+def _run(args: argparse.Namespace, world: World) -> tuple[int, bool]:
+    """(exit code, whether every rank ends here together)."""
     try:
         error = None
         try:
@@ -108,7 +123,7 @@ def _run(args: argparse.Namespace, world: World) -> int:
             out = args.out or Path("runs") / (args.config.stem if args.config else "default")
             check_run_dir(out, resume=args.resume, overwrite=args.overwrite)
             if args.resume:
-                from .loop import resume_config  # imports grid (may compile on first use)
+                from .checkpoint import resume_config
 
                 config = resume_config(out, args.set)
             else:
@@ -124,13 +139,18 @@ def _run(args: argparse.Namespace, world: World) -> int:
             config, out, resume=args.resume, overwrite=args.overwrite, stop_at=args.stop_at
         )
     except ConfigError as error:
-        if world.is_main:
+        agreed = world.size == 1 or distributed.is_agreed(error)
+        if world.is_main or not agreed:  # an error of this rank alone: it says so
             print(f"grid-train: {error.label}: {error}", file=sys.stderr)
-        return 2
+        return 2, agreed
+    except Interrupted as stop:  # every rank stops at the same step
+        if world.is_main:
+            print(stop, file=sys.stderr)
+        return stop.exit_code, True
     if summary is not None and world.is_main:
         print(json.dumps(summary, indent=2))
         print(f"wrote {out}/", file=sys.stderr)
-    return 0
+    return 0, True
 
 
 if __name__ == "__main__":

@@ -138,6 +138,12 @@ class OutputConfig:
     checkpoint_every: int = doc(
         "Write the checkpoint every this many steps (0: only at the end).", 1000
     )
+    checkpoint_minutes: float = doc(
+        "Also write the checkpoint once this many minutes have passed since the last one "
+        "(0: off), so a killed run loses at most that much. SIGINT and SIGTERM always "
+        "write one.",
+        10.0,
+    )
     pictures: bool = doc(
         "Write the pictures at the end (field: slices.png, curves.png; sdf: mesh.png, "
         "curves.png; nerf: test_views.png, curves.png, turntable.gif).",
@@ -352,6 +358,7 @@ def validate(
     positive(e.band, "eval.band")
     o = c.output
     at_least(o.checkpoint_every, 0, "output.checkpoint_every")
+    positive(o.checkpoint_minutes, "output.checkpoint_minutes", zero=True)
     at_least(o.slice_resolution, 2, "output.slice_resolution")
     SPECS[c.experiment].validate(c, explicit)
 

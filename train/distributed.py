@@ -21,12 +21,16 @@ How the work is split (see README.md, "Several GPUs"):
   parameters and optimiser state stay identical (upsampling too: it is deterministic).
 * Evaluation: split across ranks, sums reduced (`all_sum`).
 * Files: rank 0 alone writes the run directory. Errors before training are agreed
-  (`agree`): every rank stops, rank 0 prints the one line.
+  (`agree`): every rank stops, rank 0 prints the one line; so are errors writing a run
+  file during training (`on_main`). A signal stops every rank at the same step
+  (`train.interrupt`); running out of memory stops the rank it happens on, which says
+  so, and torchrun stops the others.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -120,6 +124,17 @@ class World:
         label, _, message = text.partition("\n")
         raise AgreedError(label, message)
 
+    def on_main(self, write: Callable[[], None]) -> None:
+        """Rank 0 runs `write` (it writes the run directory); a ConfigError there (a file
+        that cannot be written) stops every rank at this same point (`agree`)."""
+        error = None
+        if self.is_main:
+            try:
+                write()
+            except ConfigError as caught:
+                error = caught
+        self.agree(error)
+
     def average_gradients(self, params: list[Tensor]) -> None:
         """Replace each parameter's `.grad` by its mean over the ranks, in place.
 
@@ -151,6 +166,14 @@ class World:
             dist.all_reduce(tensor)
             tensor.div_(self.size)
         return tensor
+
+    def max_(self, values: list[int]) -> list[int]:
+        """Each of `values`' maximum over the ranks (one small all-reduce on the CPU)."""
+        if self.size == 1:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)  # CPU tensor: gloo
+        return tensor.tolist()
 
     def broadcast_(self, tensors: list[Tensor]) -> None:
         """Copy rank 0's values of `tensors` to every rank (in place)."""

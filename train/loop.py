@@ -9,7 +9,9 @@ run refuses a directory holding them unless told to resume or overwrite it):
 
     config.toml       the resolved config (feed it back with --config)
     metrics.jsonl     one JSON object per evaluation
-    checkpoint.pt     model, optimiser, RNG and counters; written atomically
+    checkpoint.pt     model, optimiser, RNG and counters; written atomically, every
+                      output.checkpoint_every steps, every output.checkpoint_minutes,
+                      at the end and when a signal stops the run (train/interrupt.py)
     summary.json      final numbers (written when the run completes)
     *.png, *.gif      the experiment's pictures
     other files       what the experiment's `write_files` writes (`rundir.RUN_FILES`)
@@ -18,9 +20,10 @@ run refuses a directory holding them unless told to resume or overwrite it):
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,23 +33,22 @@ from tqdm import tqdm
 
 import grid
 
-from . import distributed, experiments
-from .config import Config, as_resolution, load_config, to_dict, to_toml
+from . import distributed, experiments, memory
+from .checkpoint import (
+    CHECKPOINT,
+    CHECKPOINT_FORMAT,
+    load_checkpoint,
+    load_state,
+    save_checkpoint,
+)
+from .config import Config, as_resolution, to_dict, to_toml
 from .dependencies import check_dependencies
 from .distributed import World
-from .errors import ConfigError, InputFileError, read_input
+from .errors import ConfigError, OutputFileError, writing
+from .interrupt import Interrupted, StopCheck, StopSignals
 from .metrics import MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
 
-CHECKPOINT = "checkpoint.pt"
-#: Layout of checkpoint.pt. 2: stores "format" and "kind" (the experiment); 1: the same
-#: keys without them (written before they existed; read as a field checkpoint).
-CHECKPOINT_FORMAT = 2
-#: Keys every readable checkpoint holds (besides "format" and "kind").
-CHECKPOINT_KEYS = (
-    *("step", "config", "resolution", "model", "optimizer", "generator", "torch_rng"),
-    *("seconds", "train_seconds", "loss_sum", "loss_count"),
-)
 RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units
 
 
@@ -92,63 +94,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` to a temporary file next to `path`, then rename it over `path`:
-    a crash leaves either the old checkpoint or the new one, never half of one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load_checkpoint(out_dir: Path, kind: str | None = None) -> dict[str, Any]:
-    """The checkpoint of a run directory (tensors on the CPU).
-
-    Raises InputFileError naming the file when it is damaged (truncated, corrupt),
-    not a grid-train checkpoint, of an experiment other than `kind` (any, if None),
-    or of a format this version does not read.
-    """
-    path = out_dir / CHECKPOINT
-    state = read_input(
-        path,
-        lambda f: torch.load(f, map_location="cpu", weights_only=True),
-        "checkpoint",
-        invalid="damaged (truncated or corrupt) or not a checkpoint",
-        hint="it cannot be resumed; start the run again with --overwrite",
-    )
-    if not isinstance(state, dict) or not all(k in state for k in CHECKPOINT_KEYS):
-        missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
-        raise InputFileError(
-            path, f"not a grid-train checkpoint (it lacks {', '.join(map(repr, missing))})"
-        )
-    version = state.get("format", 1)
-    if version not in range(1, CHECKPOINT_FORMAT + 1):
-        raise InputFileError(
-            path,
-            f"checkpoint format {version!r}, but this version of grid-train reads formats "
-            f"1 to {CHECKPOINT_FORMAT} (written by a newer grid-train?)",
-        )
-    found = state.get("kind", experiments.FORMAT_1_KIND)
-    if kind is not None and found != kind:
-        raise InputFileError(
-            path, f"a checkpoint of a {found!r} experiment, but this run is a {kind!r} one"
-        )
-    return state
-
-
-def resume_config(out_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """The config a run directory's checkpoint was written with, plus `--set` overrides.
-
-    Raises ConfigError (key `--resume`) when there is no checkpoint, InputFileError
-    when it cannot be used (see `load_checkpoint`).
-    """
-    if not (out_dir / CHECKPOINT).is_file():
-        raise ConfigError(f"--resume: no {CHECKPOINT} in {out_dir}")
-    return load_config(base=load_checkpoint(out_dir)["config"], overrides=overrides)
-
-
 def make_experiment(
     config: Config,
     device: torch.device,
@@ -162,20 +107,26 @@ def make_experiment(
     return cls(config, device, gen, resolution, world)
 
 
-def _load_state(
-    out: Path, checkpoint: dict[str, Any], exp: Experiment, gen: torch.Generator
-) -> None:
-    """Load a checkpoint's model, optimiser, experiment and RNG states (InputFileError
-    naming the file when they do not fit this run)."""
-    try:
-        exp.model.load_state_dict(checkpoint["model"])
-        exp.optimizer.load_state_dict(checkpoint["optimizer"])
-        exp.load_state_dict(checkpoint.get("experiment", {}))
-        gen.set_state(checkpoint["generator"])
-        torch.set_rng_state(checkpoint["torch_rng"])
-    except (RuntimeError, ValueError, TypeError, KeyError) as error:
-        problem = " ".join(str(error).split())  # one line
-        raise InputFileError(out / CHECKPOINT, f"does not fit this run ({problem})") from None
+@dataclass
+class Progress:
+    """How far a run got, for the errors that stop it: the device, the model, the steps
+    done, the step of the checkpoint on disk (None: none) and whether the run directory
+    was prepared."""
+
+    device: torch.device | None = None
+    model: nn.Module | None = None
+    step: int = 0
+    saved: int | None = None
+    started: bool = False
+
+    def left(self, fix: str = "") -> str:
+        """What is left of the run, and how to go on (after `fix`, if given)."""
+        then = f"{fix}, then " if fix else ""
+        if self.saved is not None:
+            return f"{CHECKPOINT} of step {self.saved} is intact: {then}continue with --resume"
+        if self.started:
+            return f"no checkpoint was written yet: {then}start again with --overwrite"
+        return f"nothing was written: {then}run the command again"
 
 
 def run(
@@ -192,6 +143,9 @@ def run(
     calls this: each trains on its share of every batch, gradients are averaged, and
     rank 0 alone writes the run directory (see train/distributed.py).
 
+    SIGINT and SIGTERM are caught while it runs (in the main thread; train/interrupt.py):
+    the current step finishes, the checkpoint is written and `Interrupted` is raised.
+
     Args:
         config: a validated config (`load_config`).
         out_dir: the run directory (created if needed). A new run refuses a
@@ -205,9 +159,44 @@ def run(
 
     Returns:
         The summary (also written to summary.json), or None when stopped early.
+
+    Raises:
+        ConfigError: before training, naming the key, option or file (also a config
+            that cannot fit in the device's memory, see train/memory.py).
+        Interrupted: a signal stopped the run; its checkpoint is written.
+        OutputFileError: a run file could not be written; the previous checkpoint is intact.
+        OutOfMemory: the device ran out of memory; the last checkpoint is intact.
     """
-    c = config
-    out = Path(out_dir)
+    progress = Progress()
+    with StopSignals() as signals:
+        try:
+            return _train(config, Path(out_dir), resume, overwrite, stop_at, signals, progress)
+        except OutputFileError as error:
+            error.add_hint(progress.left(error.fix))
+            raise
+        except Exception as error:
+            if not memory.is_out_of_memory(error):
+                raise
+            model = progress.model
+            raise memory.out_of_memory(
+                config,
+                progress.device,
+                step=progress.step,
+                resolution=model.resolution if model is not None else None,
+                kept=progress.left(),
+            ) from None
+
+
+def _train(
+    c: Config,
+    out: Path,
+    resume: bool,
+    overwrite: bool,
+    stop_at: int | None,
+    signals: StopSignals,
+    progress: Progress,
+) -> dict[str, Any] | None:
+    """`run`'s work, with `signals` installed; keeps `progress` up to date."""
     world = distributed.world()
     schedule = dict(zip(c.train.upsample_steps, c.train.upsample_resolutions, strict=True))
     log = MetricsLog(out / "metrics.jsonl")
@@ -219,15 +208,16 @@ def run(
     try:
         check_dependencies(c)
         check_run_dir(out, resume=resume, overwrite=overwrite)
-        device = world.device(select_device(c.device))
+        device = progress.device = world.device(select_device(c.device))
         world.check_batch(c.train.batch_size, experiments.specs()[c.experiment].unit)
+        memory.check_memory(c, device)  # before anything is allocated
         gen = torch.Generator(device=device).manual_seed(c.seed)
         checkpoint = load_checkpoint(out, c.experiment) if resume else None
         resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
         exp = make_experiment(c, device, gen, resolution, world)  # reads its input files
-        model = exp.model
+        model = progress.model = exp.model
         if checkpoint is not None:
-            _load_state(out, checkpoint, exp, gen)
+            load_state(out, checkpoint, exp, gen)
     except ConfigError as caught:
         if distributed.is_agreed(caught):
             raise
@@ -239,6 +229,7 @@ def run(
         train_seconds = checkpoint["train_seconds"]
         loss_sum = checkpoint["loss_sum"].to(device)
         loss_count = checkpoint["loss_count"]
+        progress.step = progress.saved = step
     # Ranks start identical (same seed, same checkpoint); rank 0's copy makes sure.
     world.broadcast_(list(model.parameters()))
 
@@ -248,15 +239,18 @@ def run(
     if world.is_main:
         try:
             prepare_run_dir(out, resume=resume, overwrite=overwrite)
+            progress.started = True
             if checkpoint is not None:
                 log.truncate_after(step)
             else:
                 log.reset()
-                (out / "summary.json").unlink(missing_ok=True)
-            (out / "config.toml").write_text(to_toml(c))
+            path = out / "config.toml"
+            with writing(path, remove=path):
+                path.write_text(to_toml(c))
         except ConfigError as caught:
             error = caught
     world.agree(error)
+    progress.started = True
 
     def state() -> dict[str, Any]:
         extra = exp.state_dict()
@@ -293,8 +287,10 @@ def run(
     bar_every = 10
     session_start = segment_start = bar_time = time.perf_counter()
     bar_step = step
+    stops = StopCheck(signals, c.output.checkpoint_minutes, world)
+    stop = False
 
-    while step < end:
+    while not stop and step < end:
         if step in schedule:
             new = as_resolution(schedule[step], "train.upsample_resolutions")
             exp.upsample(new)
@@ -308,7 +304,7 @@ def run(
         exp.optimizer.step()
         loss_sum += mse.detach()
         loss_count += 1
-        step += 1
+        step = progress.step = step + 1
 
         if step % bar_every == 0 or step == end:
             now = time.perf_counter()
@@ -322,9 +318,13 @@ def run(
             bar.update(step - bar.n)
             bar_step, bar_time = step, now
 
+        stop, due = stops.poll(step, end)  # a signal; output.checkpoint_minutes passed
         is_eval = step % c.eval.every == 0 or step == steps
-        is_checkpoint = step == end or (
-            c.output.checkpoint_every and step % c.output.checkpoint_every == 0
+        is_checkpoint = (
+            step == end
+            or stop
+            or due
+            or (c.output.checkpoint_every and step % c.output.checkpoint_every == 0)
         )
         if is_eval or is_checkpoint:
             _sync(device)
@@ -342,8 +342,7 @@ def run(
                 "seconds": seconds + time.perf_counter() - session_start,
                 rate_key: step * batch / max(train_seconds, 1e-9),
             }
-            if world.is_main:
-                log.write(record)
+            world.on_main(partial(log.write, record))
             loss_sum.zero_()
             loss_count = 0
             if c.output.progress and world.is_main:
@@ -354,13 +353,16 @@ def run(
         if is_checkpoint:
             seconds += time.perf_counter() - session_start
             session_start = time.perf_counter()
-            if world.is_main:
-                save_checkpoint(out / CHECKPOINT, state())
+            world.on_main(lambda: save_checkpoint(out / CHECKPOINT, state()))
+            progress.saved = step
+            stops.saved()
         if is_eval or is_checkpoint:
             segment_start = time.perf_counter()
     bar.close()
     seconds += time.perf_counter() - session_start
 
+    if stop:
+        raise Interrupted(stops.signum, step, steps)
     if step < steps:
         if world.is_main:
             print(f"stopped at step {step} of {steps}; continue with --resume", file=sys.stderr)
@@ -378,9 +380,14 @@ def run(
         "records": log.read() if world.is_main else [],
     }
     summary = exp.summary(common)  # every rank: its evaluation is split across them
-    if world.is_main:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    def write_results() -> None:
+        path = out / "summary.json"
+        with writing(path, remove=path):
+            path.write_text(json.dumps(summary, indent=2) + "\n")
         exp.write_files(out, summary)
         if c.output.pictures:
             exp.write_pictures(out, log.read(), summary)
+
+    world.on_main(write_results)
     return summary

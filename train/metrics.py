@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
-from .errors import InputFileError, read_input
+from .errors import InputFileError, read_input, writing
 
 
 def psnr(mse: float, value_range: float) -> float:
@@ -23,7 +24,11 @@ def psnr(mse: float, value_range: float) -> float:
 
 
 class MetricsLog:
-    """Appends one JSON object per line to `path` (flushed at every write)."""
+    """Appends one JSON object per line to `path` (flushed at every write).
+
+    A write that fails (a full disk) raises OutputFileError naming the file; a line cut
+    short by it is removed again where the disk allows.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -46,7 +51,14 @@ class MetricsLog:
         keep = [
             line for n, line in enumerate(lines, 1) if line.strip() and self._step(line, n) <= step
         ]
-        self.path.write_text("".join(line + "\n" for line in keep))
+        kept = "".join(line + "\n" for line in keep)
+        if kept == text:
+            return
+        with writing(self.path):
+            if text.startswith(kept):  # the usual case: cut the end, writing nothing new
+                os.truncate(self.path, len(kept.encode()))
+            else:
+                self.path.write_text(kept)
 
     def _step(self, line: str, number: int) -> int:
         """The `step` of line `number`; InputFileError if it is not a metrics record."""
@@ -59,11 +71,21 @@ class MetricsLog:
         return step
 
     def reset(self) -> None:
-        self.path.write_text("")
+        with writing(self.path):
+            self.path.write_text("")
 
     def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        with writing(self.path):
+            size = self.path.stat().st_size if self.path.exists() else 0
+            try:
+                with self.path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError:
+                try:  # drop the part of the line that made it
+                    os.truncate(self.path, size)
+                except OSError:
+                    pass
+                raise
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():

@@ -5,12 +5,23 @@ Uses matplotlib's object API (`Axes`), no pyplot, no display.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from .errors import writing
 
 if TYPE_CHECKING:
     from .config import Config
+
+
+def save_figure(fig: Figure, path: Path, dpi: int) -> None:
+    """`fig.savefig(path)`; a failed write raises OutputFileError naming `path` and
+    leaves no partial picture."""
+    with writing(path, remove=path):
+        fig.savefig(path, dpi=dpi)
 
 
 def plot_mse(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, writing
 from .experiments import specs
 
 #: Any of these makes a directory hold a run.
@@ -55,12 +55,16 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> None:
 
 def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool) -> None:
     """`check_run_dir`, then create `out`; with overwrite, first delete the files in
-    RUN_FILES that it holds (and say so on stderr). Nothing else is touched."""
+    RUN_FILES that it holds (and say so on stderr). Nothing else is touched. A file
+    system that refuses raises OutputFileError naming `out`."""
     check_run_dir(out, resume=resume, overwrite=overwrite)
-    if overwrite:
-        deleted = [name for name in RUN_FILES if (out / name).is_file()]
-        for name in deleted:
-            (out / name).unlink()
-        if deleted:
-            print(f"--overwrite: deleted {', '.join(deleted)} from {out}", file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
+    with writing(out):  # a read-only or full file system: one line naming the directory
+        if overwrite:
+            deleted = [name for name in RUN_FILES if (out / name).is_file()]
+            for name in deleted:
+                (out / name).unlink()
+            if deleted:
+                print(f"--overwrite: deleted {', '.join(deleted)} from {out}", file=sys.stderr)
+        out.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            (out / "summary.json").unlink(missing_ok=True)  # a new run has none yet

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError
 
@@ -22,6 +22,15 @@ def doc(text: str, default: Any) -> Any:
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"doc": text})
     return field(default=default, metadata={"doc": text})
+
+
+class Need(NamedTuple):
+    """Memory a run allocates: `bytes` for `what`, set by the config key `key` (what a
+    user lowers to need less)."""
+
+    key: str
+    what: str
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class ExperimentSpec:
         summary.json, checkpoint.pt, curves.png): what `--overwrite` deletes.
     dependencies: `dependencies(config)` raises MissingDependencyError for an optional
         package the config needs (see `train.dependencies.require`).
+    memory: `memory(config)` lists what a run of `config` allocates, each a `Need`
+        naming the key that sets it; `train.memory` refuses a config whose sum exceeds
+        the device's free memory before anything is allocated.
     """
 
     name: str
@@ -54,6 +66,35 @@ class ExperimentSpec:
     files: tuple[str, ...] = ()
     kinded: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     dependencies: Callable[[Any], None] | None = None
+    memory: Callable[[Any], list[Need]] | None = None
+
+
+# ---- memory: what the `memory` functions of the specs share -------------------------------
+
+#: A trained grid is held four times: its values, its gradient and Adam's two moments.
+ADAM_COPIES = 4
+
+
+def largest_grid(config: Any) -> tuple[str, tuple[int, int, int]]:
+    """(the key that sets it, the resolution) of the largest grid of a run: the last of
+    `train.upsample_resolutions`, or `grid.resolution` without upsampling."""
+    steps = config.train.upsample_resolutions
+    if steps:
+        key = "train.upsample_resolutions"
+        return key, as_resolution(steps[-1], f"{key}[{len(steps) - 1}]")
+    return "grid.resolution", as_resolution(config.grid.resolution, "grid.resolution")
+
+
+def grid_need(config: Any, features: int, what: str = "grid") -> Need:
+    """The largest grid of `features` float32 channels, with its gradient and Adam's
+    moments, named by the key that sets its resolution."""
+    key, (x, y, z) = largest_grid(config)
+    return Need(
+        key,
+        f"the {x}x{y}x{z} {what} of {features} channel{'s' if features > 1 else ''} "
+        "with its gradient and 2 Adam moments",
+        x * y * z * features * 4 * ADAM_COPIES,
+    )
 
 
 # ---- value checks: each raises ConfigError naming the key ---------------------------------

@@ -6,7 +6,7 @@ analytic SDFs, a `.npy` volume), `experiment` (`FieldExperiment`: batch, loss, e
 """
 
 from ..schema import ExperimentSpec
-from .config import KIND_KEYS, TargetConfig, validate
+from .config import KIND_KEYS, TargetConfig, memory, validate
 
 SPEC = ExperimentSpec(
     name="field",
@@ -17,4 +17,5 @@ SPEC = ExperimentSpec(
     unit="points",
     files=("slices.png",),
     kinded={"target": KIND_KEYS},
+    memory=memory,
 )

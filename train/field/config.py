@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError, InputFileError, read_input
-from ..schema import check_kind_keys, choice, doc, positive, triple
+from ..schema import Need, check_kind_keys, choice, doc, grid_need, positive, triple
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -114,3 +114,21 @@ def _check_npy(path: str) -> Path:
             file, f"expected a numeric array, got dtype {array.dtype}", key="target.path"
         )
     return file
+
+
+#: Bytes a step certainly allocates per training point: the point (12), its target
+#: value, the grid's value and the residual (4 each), and their gradients (8).
+POINT_BYTES = 32
+#: Bytes per held-out point: the point (12) and its target value (4).
+EVAL_POINT_BYTES = 16
+
+
+def memory(c: Config) -> list[Need]:
+    """What a field run allocates (see `train.memory`): the grid, the batch, the
+    held-out points."""
+    b, e = c.train.batch_size, c.eval.points
+    return [
+        grid_need(c, 1),
+        Need("train.batch_size", f"{b} points per step", b * POINT_BYTES),
+        Need("eval.points", f"{e} held-out points", e * EVAL_POINT_BYTES),
+    ]

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from grid.voxel_grid import VoxelGrid
 
-from ..pictures import mark_upsamples, plot_mse
+from ..pictures import mark_upsamples, plot_mse, save_figure
 from .targets import Target
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def write_slices(
         f"{summary['psnr']:.2f} dB{surface}",
         fontsize=14,
     )
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def write_curves(
@@ -135,7 +135,7 @@ def write_curves(
         f"on {summary['device']})",
         fontsize=13,
     )
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def write_pictures(

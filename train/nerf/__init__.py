@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..dependencies import INSTALL_TRAIN, require
 from ..schema import ExperimentSpec
-from .config import DataConfig, NerfConfig, validate
+from .config import DataConfig, NerfConfig, memory, validate
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -36,4 +36,5 @@ SPEC = ExperimentSpec(
     unit="rays",
     files=("test_views.png", "turntable.gif"),
     dependencies=dependencies,
+    memory=memory,
 )

@@ -223,10 +223,22 @@ def _matrix(frame: dict, json_path: Path, i: int) -> np.ndarray:
 
 
 def _image_path(json_path: Path, i: int, frame: dict) -> Path:
-    """The image of frames[i]: file_path relative to the json, as given or with '.png' added."""
+    """The image of frames[i]: file_path relative to the json, as given or with '.png' added.
+
+    It must lie inside the scene directory once `..` and symbolic links are followed
+    (an absolute file_path does not): a scene must not make the reader open other files.
+    """
+    root = json_path.parent.resolve()
     given = json_path.parent / frame["file_path"]
     candidates = [given] if given.suffix.lower() == ".png" else [given, Path(f"{given}.png")]
     for candidate in candidates:
+        target = candidate.resolve()
+        if not target.is_relative_to(root):
+            raise DatasetError(
+                json_path,
+                f"frames[{i}].file_path {frame['file_path']!r} leads to {target}, outside "
+                f"the scene directory {root}; images must lie inside it",
+            )
         if candidate.is_file():
             return candidate
     tried = " or ".join(str(c) for c in candidates)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..schema import doc, positive
+from ..schema import Need, doc, grid_need, largest_grid, positive
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -105,3 +105,39 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.init: 'points' is for the sdf experiment only")
     if c.grid.interpolation == "smoothstep":
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
+
+
+#: Bytes per training pixel: its colour (12) in the loaded images and again on the
+#: device, its ray's origin and direction (24).
+PIXEL_BYTES = 48
+#: Bytes per sample along a ray that every step allocates before empty space is
+#: skipped: its ray index and position in the ray (16), distance (4), point (12), flags.
+SAMPLE_BYTES = 40
+
+
+def memory(c: Config) -> list[Need]:
+    """What a nerf run allocates (see `train.memory`): the density and colour grids,
+    the generated scene's training pixels (a scene of your own is not read before the
+    check), the samples of a step's rays (about one per `nerf.step_ratio` voxels along
+    the grid's longest side)."""
+    d, n, t = c.data, c.nerf, c.train
+    needs = [grid_need(c, 1 + n.color_features, "density and colour grids")]
+    if d.generate:
+        side = d.scene_size // d.downscale
+        pixels = d.scene_train_views * side * side
+        needs.append(
+            Need(
+                "data.scene_size",
+                f"{d.scene_train_views} training views of {side}x{side} pixels and their rays",
+                pixels * PIXEL_BYTES,
+            )
+        )
+    per_ray = int(max(largest_grid(c)[1]) / n.step_ratio)
+    needs.append(
+        Need(
+            "train.batch_size",
+            f"{t.batch_size} rays per step, about {per_ray} samples each",
+            t.batch_size * per_ray * SAMPLE_BYTES,
+        )
+    )
+    return needs

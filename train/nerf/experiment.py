@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ..config import Config
 from ..distributed import SINGLE, World
-from ..errors import ConfigError, InputFileError
+from ..errors import ConfigError, InputFileError, writing
 from ..metrics import psnr
 from ..schema import as_resolution
 from .model import VoxelNeRF
@@ -84,19 +84,20 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
             file=sys.stderr,
             flush=True,
         )
-    try:
-        return nerf_scene.ensure_scene(
-            path,
-            size=d.scene_size,
-            n_train=d.scene_train_views,
-            n_test=d.scene_test_views,
-            seed=d.scene_seed,
-            device=str(device),
-        )
-    except FileExistsError as error:  # data.path holds something else: never replaced
-        raise ConfigError(
-            f"data.path: {error} (to train on the scene there, set data.generate = false)"
-        ) from None
+    with writing(path, key="data.path"):  # a full disk: one line; the generator cleans up
+        try:
+            return nerf_scene.ensure_scene(
+                path,
+                size=d.scene_size,
+                n_train=d.scene_train_views,
+                n_test=d.scene_test_views,
+                seed=d.scene_seed,
+                device=str(device),
+            )
+        except FileExistsError as error:  # data.path holds something else: never replaced
+            raise ConfigError(
+                f"data.path: {error} (to train on the scene there, set data.generate = false)"
+            ) from None
 
 
 def ensure_scene_once(config: Config, device: torch.device, world: World) -> Path:

@@ -156,7 +156,8 @@ def generate_scene(
 
     Writes transforms_{train,val,test}.json, {train,val,test}/r_{i}.png (size x size RGBA)
     and scene.json. The files are assembled in a sibling directory and moved into place
-    at the end, so an interrupted run never leaves a scene that looks complete. An
+    at the end, so an interrupted run never leaves a scene that looks complete, and a
+    failure (a full disk) leaves neither that directory nor a half-deleted old scene. An
     existing `out_dir` is replaced only if it holds a scene this generator wrote.
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
@@ -168,18 +169,22 @@ def generate_scene(
             "(no scene.json); refusing to replace it"
         )
     staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
+    old = out_dir.with_name(f".{out_dir.name}.old{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     try:
+        staging.mkdir(parents=True)
         _write_splits(staging, camera_poses(n_train, n_val, n_test, seed), size, device)
         metadata = scene_metadata(size, n_train, n_val, n_test, seed)
         (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
+        if out_dir.exists():  # moved aside whole, then deleted: never half a scene there
+            out_dir.rename(old)
+        staging.rename(out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if old.exists() and not out_dir.exists():
+            old.rename(out_dir)
         raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    staging.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 

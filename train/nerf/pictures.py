@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..pictures import plot_mse
+from ..errors import writing
+from ..pictures import plot_mse, save_figure
 
 if TYPE_CHECKING:
     from .experiment import NerfExperiment
@@ -71,7 +72,7 @@ def write_test_views(path: Path, exp: NerfExperiment, summary: dict[str, Any]) -
             ax.set_title(title, fontsize=10)
             ax.set_axis_off()
     fig.suptitle(f"{_title(exp, summary)}: test PSNR {summary['psnr']:.2f} dB", fontsize=12)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def write_curves(
@@ -104,7 +105,7 @@ def write_curves(
         f"{summary['rays_per_second'] / 1e6:.3g}M rays/s",
         fontsize=12,
     )
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def turntable_poses(c2w: torch.Tensor, frames: int) -> torch.Tensor:
@@ -154,4 +155,5 @@ def write_turntable(path: Path, exp: NerfExperiment, frames: int) -> None:
         )
         array = (rgb.clamp(0, 1) * 255 + 0.5).byte().cpu().numpy()
         images.append(Image.fromarray(array))
-    images[0].save(path, save_all=True, append_images=images[1:], duration=83, loop=0)
+    with writing(path, remove=path):
+        images[0].save(path, save_all=True, append_images=images[1:], duration=83, loop=0)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..dependencies import INSTALL_SDF, require
 from ..schema import ExperimentSpec
-from .config import POINTS_KIND_KEYS, PointsConfig, validate
+from .config import POINTS_KIND_KEYS, PointsConfig, memory, validate
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -48,4 +48,5 @@ SPEC = ExperimentSpec(
     files=("mesh.ply", "mesh.png"),
     kinded={"points": POINTS_KIND_KEYS},
     dependencies=dependencies,
+    memory=memory,
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputFileError
-from ..schema import check_kind_keys, choice, doc, positive, triple
+from ..schema import Need, check_kind_keys, choice, doc, grid_need, positive, triple
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -92,3 +92,33 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             "train.surface_fraction: not used by experiment = 'sdf' (its surface points are "
             "[points]; train.eikonal_points sets the uniform ones)"
         )
+
+
+#: Bytes a step certainly allocates per point (surface and uniform): the point and the
+#: field's gradient there (12 each), the field value, and the double-backward graph's
+#: copies of both.
+POINT_BYTES = 64
+#: Bytes per oriented point held: position and normal.
+CLOUD_POINT_BYTES = 24
+#: Bytes per held-out point: position, normal, the point moved off the surface, its sdf.
+EVAL_POINT_BYTES = 40
+
+
+def memory(c: Config) -> list[Need]:
+    """What an sdf run allocates (see `train.memory`): the grid, the batch, the point
+    cloud (a file's size is not known before it is read), the held-out points."""
+    t, p, e = c.train, c.points, c.eval.points
+    needs = [
+        grid_need(c, 1),
+        Need(
+            "train.batch_size",
+            f"{t.batch_size} surface and {t.eikonal_points} uniform points per step",
+            (t.batch_size + t.eikonal_points) * POINT_BYTES,
+        ),
+        Need("eval.points", f"{e} held-out points", e * EVAL_POINT_BYTES),
+    ]
+    if p.kind != "file":
+        needs.append(
+            Need("points.count", f"{p.count} oriented points", p.count * CLOUD_POINT_BYTES)
+        )
+    return needs

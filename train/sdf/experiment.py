@@ -30,7 +30,7 @@ from grid.voxel_grid import VoxelGrid
 
 from ..config import Config
 from ..distributed import SINGLE, World
-from ..errors import ConfigError
+from ..errors import ConfigError, writing
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..schema import as_resolution
 from .evaluation import Evaluation
@@ -241,7 +241,9 @@ class SdfExperiment(GridSchedule):
     def write_files(self, out: Path, summary: dict[str, Any]) -> None:
         """mesh.ply, the last evaluation's zero level set (with output.mesh)."""
         if self.config.output.mesh:
-            write_ply(out / "mesh.ply", self.evaluation.mesh or Mesh.empty())
+            path = out / "mesh.ply"
+            with writing(path, remove=path):
+                write_ply(path, self.evaluation.mesh or Mesh.empty())
 
     def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
         from .pictures import write_pictures

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from ..config import Config
-from ..pictures import mark_upsamples
+from ..pictures import mark_upsamples, save_figure
 from .mesh import Mesh
 
 #: (elevation, azimuth) in degrees of the three views, and their titles.
@@ -36,7 +36,7 @@ def write_mesh_picture(path: Path, config: Config, mesh: Mesh | None, summary: d
     fig = Figure(figsize=(15, 5.6), layout="constrained")
     if mesh is None or len(mesh.faces) == 0:
         fig.text(0.5, 0.5, "no zero level set: the field does not change sign", ha="center")
-        fig.savefig(path, dpi=80)
+        save_figure(fig, path, dpi=80)
         return
     corners = mesh.vertices[mesh.faces]
     colors = face_colors(mesh)
@@ -51,7 +51,7 @@ def write_mesh_picture(path: Path, config: Config, mesh: Mesh | None, summary: d
         ax.view_init(elev, azim)
         ax.set_title(title)
     fig.suptitle(f"{describe(config, summary)}\n{numbers(summary)}", fontsize=12)
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, dpi=80)
 
 
 def describe(config: Config, summary: dict[str, Any]) -> str:
@@ -115,7 +115,7 @@ def write_curves(path: Path, config: Config, records: list[dict], summary: dict)
         f"{summary['points_per_second'] / 1e6:.3g}M points/s on {summary['device']}",
         fontsize=12,
     )
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def write_pictures(
