@@ -2,8 +2,9 @@
 
 What it adds to the loop skeleton (`train.loop`):
 
-* data: a Blender-format scene (`train.blender`), the project's procedural scene generated
-  into `data.path` on first use (`ensure_scene`); every training pixel's ray precomputed;
+* data: a Blender-format scene (`train.nerf.blender`) or an instant-ngp / nerfstudio
+  `transforms.json` (`train.nerf.ngp`), the project's procedural scene generated into
+  `data.path` on first use (`ensure_scene`); every training pixel's ray precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density;
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
@@ -127,7 +128,8 @@ class NerfExperiment:
         resolution: tuple[int, int, int] | None,
         world: World = SINGLE,
     ) -> None:
-        from .blender import DatasetError, camera_rays, load_blender
+        from .blender import DatasetError, camera_rays
+        from .ngp import load_views
 
         c = self.config = config
         self.device, self.gen, self.world = device, gen, world
@@ -135,10 +137,12 @@ class NerfExperiment:
         d = c.data
         self.path = ensure_scene_once(c, device, world)
         self.background = torch.tensor(d.background, dtype=torch.float32, device=device)
-        options = dict(downscale=d.downscale, background=tuple(d.background))
+        options = dict(
+            downscale=d.downscale, background=tuple(d.background), holdout_every=d.holdout_every
+        )
         try:
-            train = load_blender(self.path, "train", **options)
-            test = load_blender(self.path, "test", limit=d.test_views or None, **options)
+            train = load_views(self.path, "train", **options)
+            test = load_views(self.path, "test", limit=d.test_views or None, **options)
         except DatasetError as error:
             raise InputFileError(error.path, error.problem, key="data.path") from None
         self.train_views, self.test_views = train, test
@@ -249,6 +253,14 @@ class NerfExperiment:
             "train_seconds": train_seconds,
             "occupied": self.occupied,
             "samples_per_ray": samples.item() / self.config.train.batch_size,
+        }
+
+    def tensorboard_images(self) -> dict[str, Tensor]:
+        """The pictured test views of the last evaluation, ground truth | render side by
+        side: name -> [H, 2W, 3] in [0, 1] (`output.tensorboard`)."""
+        return {
+            f"test_view/{i}": torch.cat([self.test_images[i].cpu(), rgb.clamp(0, 1)], dim=1)
+            for i, (rgb, _) in enumerate(self.renders)
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -145,6 +145,9 @@ def write_turntable(path: Path, exp: NerfExperiment, frames: int) -> None:
         c2w=poses,
         images=torch.zeros(frames, 1, 1, 3),
         names=[f"turntable_{k}" for k in range(frames)],
+        # the first view's camera for every frame (per-view intrinsics: transforms.json)
+        intrinsics=None if views.intrinsics is None else views.intrinsics[:1].expand(frames, 4),
+        distortion=None if views.distortion is None else views.distortion[:1].expand(frames, 5),
     )
     origins, directions = camera_rays(novel)  # [frames, H, W, 3]
     images = []
