@@ -12,6 +12,7 @@ run refuses a directory holding them unless told to resume or overwrite it):
     checkpoint.pt     model, optimiser, RNG and counters; written atomically
     summary.json      final numbers (written when the run completes)
     *.png, *.gif      the experiment's pictures
+    tensorboard/      with output.tensorboard: metrics.jsonl as TensorBoard events
     other files       what the experiment's `write_files` writes (`rundir.RUN_FILES`)
 """
 
@@ -37,6 +38,7 @@ from .distributed import World
 from .errors import ConfigError, InputFileError, read_input
 from .metrics import MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
+from .tensorboard import experiment_images, open_log
 
 CHECKPOINT = "checkpoint.pt"
 #: Layout of checkpoint.pt. 2: stores "format" and "kind" (the experiment); 1: the same
@@ -244,7 +246,7 @@ def run(
 
     # Only now that every rank has read its input files: a failure leaves the old run
     # intact. Rank 0 alone writes the run directory.
-    error = None
+    error, board = None, None
     if world.is_main:
         try:
             prepare_run_dir(out, resume=resume, overwrite=overwrite)
@@ -254,6 +256,7 @@ def run(
                 log.reset()
                 (out / "summary.json").unlink(missing_ok=True)
             (out / "config.toml").write_text(to_toml(c))
+            board = open_log(out, c.output.tensorboard, step if checkpoint is not None else None)
         except ConfigError as caught:
             error = caught
     world.agree(error)
@@ -344,6 +347,8 @@ def run(
             }
             if world.is_main:
                 log.write(record)
+                if board is not None:
+                    board.write(record, experiment_images(exp))
             loss_sum.zero_()
             loss_count = 0
             if c.output.progress and world.is_main:
@@ -359,6 +364,8 @@ def run(
         if is_eval or is_checkpoint:
             segment_start = time.perf_counter()
     bar.close()
+    if board is not None:
+        board.close()
     seconds += time.perf_counter() - session_start
 
     if step < steps:
