@@ -43,6 +43,10 @@ class ExperimentSpec:
         summary.json, checkpoint.pt, curves.png): what `--overwrite` deletes.
     dependencies: `dependencies(config)` raises MissingDependencyError for an optional
         package the config needs (see `train.dependencies.require`).
+    export: the module of its package that `python -m train.export` runs on its run
+        directories ("" when there is nothing to export): `add_arguments(group)` adds its
+        options, `export(out, config, checkpoint, args) -> str` writes the files and says
+        what it wrote (see `train.export`).
     """
 
     name: str
@@ -54,6 +58,7 @@ class ExperimentSpec:
     files: tuple[str, ...] = ()
     kinded: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     dependencies: Callable[[Any], None] | None = None
+    export: str = ""
 
 
 # ---- value checks: each raises ConfigError naming the key ---------------------------------
