@@ -278,11 +278,51 @@ def test_image_size_must_match_w_and_h(tmp_path):
     says = r"f_1\.png: image is 14x8 \(WxH\) but transforms\.json says w = 12"
     with pytest.raises(DatasetError, match=says):
         load_ngp(tmp_path, "train")
-    edit(tmp_path, lambda m: m["frames"][1].update(w=W + 2))  # a frame of its own size ...
-    shared = r"f_1\.png: image is 14x8 .* f_0\.png is 12x8; the images of one split"
-    with pytest.raises(DatasetError, match=shared):
-        load_ngp(tmp_path, "train")  # ... but a split shares one size
-    assert load_ngp(tmp_path, "test").width == W
+
+
+def test_frames_of_their_own_size_are_padded(tmp_path):
+    wide = rgb(1, H, W + 2)
+    write_ngp(tmp_path, [rgb(0), wide], **lists([0, 1], [0]))
+    edit(tmp_path, lambda m: m["frames"][1].update(w=W + 2, cx=7.5))  # the intrinsics say so
+    views = load_ngp(tmp_path, "train")
+    assert (views.height, views.width) == (H, W + 2) and views.sizes.tolist() == [
+        [H, W],
+        [H, W + 2],
+    ]
+    mask = views.mask()
+    assert mask[1].all() and mask[0, :, :W].all() and not mask[0, :, W:].any()
+    assert (views.images[0, :, W:] == 0).all()
+    np.testing.assert_allclose(views.images[1].numpy(), wide / 255, atol=1e-6)
+    alone = load_ngp(tmp_path, "test")  # view 0 alone: no padding
+    assert alone.sizes is None and alone.mask() is None
+    for a, b in zip(camera_rays(views, 0), camera_rays(alone, 0), strict=True):
+        assert torch.equal(a[:, :W], b)  # the padding does not move the view's own rays
+
+
+def test_the_experiment_trains_and_tests_on_own_pixels_only(tmp_path):
+    from train.nerf.experiment import NerfExperiment
+
+    write_ngp(tmp_path, [rgb(0), rgb(1, H, W + 2), rgb(2, H - 2, W)], **lists([0, 1], [2, 1]))
+    edit(tmp_path, lambda m: m["frames"][1].update(w=W + 2))
+    edit(tmp_path, lambda m: m["frames"][2].update(h=H - 2))
+    overrides = ["experiment=nerf", "device=cpu", f"data.path={tmp_path}", "data.generate=false"]
+    overrides += ["grid.resolution=8", "nerf.hidden=8", "output.picture_views=2"]
+    config = load_config(None, overrides)
+    exp = NerfExperiment(config, torch.device("cpu"), torch.Generator(), None)
+    assert exp.colors.shape == (H * W + H * (W + 2), 3)  # no padding among the training rays
+    quality = exp.evaluate(0.0)
+    assert all(math.isfinite(p) for p in quality["view_psnr"])
+    assert [r.shape[:2] for r, _ in exp.renders] == [(H, W + 2), (H - 2, W)]  # f_1, f_2
+    assert exp.truth(1).shape == (H - 2, W, 3)
+    images = exp.tensorboard_images()
+    assert images["test_view/1"].shape == (H - 2, 2 * W, 3)
+    from train.nerf.pictures import write_test_views, write_turntable
+
+    summary = {**quality, "resolution": [8] * 3, "steps": 0, "train_seconds": 0.0}
+    write_test_views(tmp_path / "views.png", exp, {**summary, "device": "cpu"})
+    write_turntable(tmp_path / "turntable.gif", exp, 2)
+    with Image.open(tmp_path / "turntable.gif") as gif:
+        assert gif.size == (W + 2, H)  # the first test view's camera (f_1)
 
 
 def test_unreadable_image_and_missing_json(tmp_path):

@@ -48,6 +48,9 @@ class Views:
             image centre), or [V, 4] float64 per view (fx, fy, cx, cy) in pixels at this
             resolution (`train.nerf.cameras`; `focal` then only informs)
     distortion: None, or [V, 5] float64 OpenCV (k1, k2, p1, p2, k3) per view
+    sizes:  None (every view is height x width), or [V, 2] int64 (h, w) per view: view v's
+            pixels are images[v, :h, :w], the rest is zero padding up to height x width,
+            the largest (see `mask`)
     """
 
     images: Tensor
@@ -58,9 +61,18 @@ class Views:
     names: list[str]
     intrinsics: Tensor | None = None
     distortion: Tensor | None = None
+    sizes: Tensor | None = None
 
     def __len__(self) -> int:
         return self.images.shape[0]
+
+    def mask(self) -> Tensor | None:
+        """[V, H, W] bool, True on each view's own pixels (not padding); None: all are."""
+        if self.sizes is None:
+            return None
+        rows = torch.arange(self.height)[None, :, None] < self.sizes[:, 0, None, None]
+        cols = torch.arange(self.width)[None, None, :] < self.sizes[:, 1, None, None]
+        return rows & cols
 
     def to(self, device: torch.device | str) -> Views:
         return Views(
@@ -72,6 +84,7 @@ class Views:
             list(self.names),
             None if self.intrinsics is None else self.intrinsics.to(device),
             None if self.distortion is None else self.distortion.to(device),
+            self.sizes,
         )
 
 

@@ -147,12 +147,18 @@ class NerfExperiment:
             raise InputFileError(error.path, error.problem, key="data.path") from None
         self.train_views, self.test_views = train, test
         origins, directions = camera_rays(train)  # [V, H, W, 3] each
+        colors = torch.as_tensor(train.images)
+        mask = train.mask()  # views of different sizes: their own pixels, not the padding
+        if mask is not None:
+            origins, directions, colors = origins[mask], directions[mask], colors[mask]
         self.rays_o = origins.reshape(-1, 3).to(device)
         self.rays_d = directions.reshape(-1, 3).to(device)
-        self.colors = torch.as_tensor(train.images).reshape(-1, 3).to(device)
+        self.colors = colors.reshape(-1, 3).to(device)
         test_o, test_d = camera_rays(test)
         self.test_rays = (test_o.to(device), test_d.to(device))  # [T, H, W, 3] each
         self.test_images = torch.as_tensor(test.images).to(device)  # [T, H, W, 3]
+        test_mask = test.mask()
+        self.test_mask = None if test_mask is None else test_mask.to(device)  # [T, H, W]
         self.label = f"nerf {c.grid.backend}"
 
         torch.manual_seed(c.seed)
@@ -235,7 +241,8 @@ class NerfExperiment:
         kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
         for i in world.split(views):
             rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
-            mses[i] = (rgb.clamp(0, 1) - self.test_images[i]).double().square().mean()
+            error = (rgb.clamp(0, 1) - self.test_images[i]).double().square()
+            mses[i] = error.mean() if self.test_mask is None else error[self.test_mask[i]].mean()
             if i < keep:
                 # depth of the surface: expected depth over opacity, where mostly opaque
                 kept[i, ..., :3] = rgb
@@ -244,7 +251,11 @@ class NerfExperiment:
         if world.size > 1:
             for t in (mses, kept, samples):
                 world.all_sum(t)
-        self.renders = [(k[..., :3].cpu(), k[..., 3].cpu()) for k in kept]
+        self.renders = []
+        for i, k in enumerate(kept):  # views of different sizes: their own pixels only
+            sizes = self.test_views.sizes
+            h, w = (height, width) if sizes is None else sizes[i].tolist()
+            self.renders.append((k[:h, :w, :3].cpu(), k[:h, :w, 3].cpu()))
         mses = mses.tolist()
         return {
             "mse": sum(mses) / len(mses),
@@ -255,11 +266,18 @@ class NerfExperiment:
             "samples_per_ray": samples.item() / self.config.train.batch_size,
         }
 
+    def truth(self, i: int) -> Tensor:
+        """Test view i's image on the CPU, [h, w, 3], without padding."""
+        if self.test_views.sizes is None:
+            return self.test_images[i].cpu()
+        h, w = self.test_views.sizes[i].tolist()
+        return self.test_images[i, :h, :w].cpu()
+
     def tensorboard_images(self) -> dict[str, Tensor]:
         """The pictured test views of the last evaluation, ground truth | render side by
         side: name -> [H, 2W, 3] in [0, 1] (`output.tensorboard`)."""
         return {
-            f"test_view/{i}": torch.cat([self.test_images[i].cpu(), rgb.clamp(0, 1)], dim=1)
+            f"test_view/{i}": torch.cat([self.truth(i), rgb.clamp(0, 1)], dim=1)
             for i, (rgb, _) in enumerate(self.renders)
         }
 

@@ -8,9 +8,10 @@
   `1 - exp(-sigma * interval) = level` with the model's own `interval` (`VoxelNeRF.alpha`).
   Since the model interpolates the raw density before its activation, that is the level
   set `raw = raw_level` of the trilinear raw grid: marching cubes (the sdf experiment's
-  `train.sdf.mesh.zero_level_set`, scikit-image) on `raw_level - raw` puts every vertex on
-  a voxel edge exactly where the trained field has alpha = level, with normals pointing
-  out of the dense region and triangles wound outwards.
+  `train.sdf.mesh.zero_level_set`, scikit-image) on `raw_level - raw` puts each vertex on
+  a voxel edge exactly where the trained field has alpha = level (but the few it adds
+  inside ambiguous cells, the mean of their edge vertices), with normals pointing out of
+  the dense region and triangles wound outwards.
 * `--resolution R`: march on R^3 samples of the trained field (trilinear between its
   voxels) instead of its own voxels, for a finer or coarser mesh.
 * `--colors`: vertex colours (PLY red, green, blue) from the colour grid and MLP, seen

@@ -14,7 +14,8 @@ What COLMAP-based tools write (instant-ngp's `scripts/colmap2nerf.py`, nerfstudi
   frame (a frame's own keys win). `camera_angle_x` stands in for `fl_x`
   (`fl_x = w / 2 / tan(camera_angle_x / 2)`), `camera_angle_y` for `fl_y`; without
   either, `fl_y = fl_x`. `cx`, `cy` default to the image centre, `w`, `h` to the image's
-  size; when given, the image must have that size. Images of one split share one size.
+  size; when given, the image must have that size. Images of different sizes (frames with
+  their own `w`, `h`) are padded to the largest (`Views.sizes`, `Views.mask`).
 * Distortion: OpenCV's `k1`, `k2`, `p1`, `p2` (and `k3`) on `camera_model` `OPENCV`,
   `PINHOLE` or none (instant-ngp writes no model): the rays are undistorted
   (`train.nerf.cameras`). Fisheye models and `k4`..`k6` are refused.
@@ -119,8 +120,9 @@ def load_ngp(
 
     Arguments as `load_blender`'s, plus `holdout_every` (>= 2): without split lists, every
     this-many-th frame in `file_path` order is a test (and val) view. The views carry
-    per-view `intrinsics` [V, 4] (fx, fy, cx, cy at the downscaled size) and, when any is
-    non-zero, `distortion` [V, 5]. Raises DatasetError naming the file and the key,
+    per-view `intrinsics` [V, 4] (fx, fy, cx, cy at the downscaled size), when any is
+    non-zero `distortion` [V, 5], and when the images differ in size `sizes` [V, 2] (the
+    images padded to the largest). Raises DatasetError naming the file and the key,
     ValueError for a bad argument.
     """
     if split not in SPLITS:
@@ -144,33 +146,30 @@ def load_ngp(
     if limit is not None and limit < len(chosen):
         chosen = [chosen[i * len(chosen) // limit] for i in range(limit)]
 
-    images, intrinsics, first = [], [], None
+    images, intrinsics = [], []
     for frame in chosen:
         rgba = _read_png(frame.image)  # [H, W, 4], any format Pillow reads
         height, width = rgba.shape[:2]
         k = _intrinsics(frame, width, height, json_path)
-        if first is None:
-            first = (frame, width, height)
-        elif (width, height) != first[1:]:
-            raise DatasetError(
-                frame.image,
-                f"image is {width}x{height} (WxH) but {first[0].image.name} is "
-                f"{first[1]}x{first[2]}; the images of one split must share one size "
-                f"({json_path.name}: frames[{frame.index}])",
-            )
         images.append(_downscale(_composite(rgba, bg), downscale, frame.image))
         intrinsics.append([v / downscale for v in k])
     distortion = np.array([f.distortion for f in chosen], dtype=np.float64)
-    height, width = images[0].shape[:2]
+    sizes = np.array([image.shape[:2] for image in images], dtype=np.int64)  # [V, 2] (h, w)
+    height, width = sizes.max(axis=0)
+    padded = np.zeros((len(images), height, width, 3), dtype=np.float32)
+    for v, image in enumerate(images):
+        padded[v, : image.shape[0], : image.shape[1]] = image
+    same = (sizes == sizes[0]).all()
     return Views(
-        images=torch.from_numpy(np.stack(images)),
+        images=torch.from_numpy(padded),
         c2w=torch.from_numpy(np.stack([f.c2w for f in chosen])),
         focal=intrinsics[0][0],
-        height=height,
-        width=width,
+        height=int(height),
+        width=int(width),
         names=[str(f.image) for f in chosen],
         intrinsics=torch.tensor(intrinsics, dtype=torch.float64),
         distortion=torch.from_numpy(distortion) if distortion.any() else None,
+        sizes=None if same else torch.from_numpy(sizes),
     )
 
 
