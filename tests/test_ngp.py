@@ -146,6 +146,29 @@ def test_split_lists_and_fallbacks(tmp_path):
     assert [Path(n).stem for n in load_ngp(tmp_path, "test").names] == ["f_2"]  # val stands in
 
 
+def test_png_extension_may_be_left_out(tmp_path):
+    write_ngp(tmp_path, [rgb(0), rgb(1)])
+    edit(tmp_path, lambda m: m["frames"][1].update(file_path="./images/f_1"))
+    assert load_ngp(tmp_path, "train").names[0].endswith("f_1.png")
+
+
+def test_to_ngp_and_bounds_command_lines(tmp_path, capsys):
+    from train.nerf import bounds, to_ngp
+
+    write_scene(tmp_path / "blender", [random_rgba(0), random_rgba(1)], split="train")
+    write_scene(tmp_path / "blender", [random_rgba(2)], split="test")
+    out = tmp_path / "ngp"
+    assert to_ngp.main(["--scene", str(tmp_path / "blender"), "--out", str(out)]) == 0
+    assert to_ngp.main(["--scene", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    capsys.readouterr()
+    for split in ("train", "test"):
+        a, b = load_blender(tmp_path / "blender", split), load_ngp(out, split)
+        assert torch.equal(a.c2w, b.c2w) and (a.images - b.images).abs().max() <= 0.5 / 255 + 1e-6
+    assert bounds.main([str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "3 cameras (ngp layout)" in printed and "suggested: --set 'grid.bounds=" in printed
+
+
 def test_layout_detection(tmp_path):
     blender = write_scene(tmp_path / "blender", [random_rgba(0)])
     ngp = write_ngp(tmp_path / "ngp", [rgb(0), rgb(1)])
@@ -395,6 +418,10 @@ def test_the_ngp_layout_trains_to_the_blender_psnr(tmp_path):
     assert {"fl_x", "fl_y", "cx", "cy", "w", "h", "train_filenames", "test_filenames"} <= set(meta)
     with Image.open(ngp / meta["frames"][0]["file_path"]) as image:
         assert image.mode == "RGB"
+    from train.nerf.bounds import read_poses, suggest_bounds
+
+    box = suggest_bounds(read_poses(ngp))  # cameras 4 from the origin, looking at it
+    np.testing.assert_allclose(box, [[-1.5] * 3, [1.5] * 3], atol=1e-6)
     psnr_blender = train_psnr(blender, tmp_path / "run_blender")
     psnr_ngp = train_psnr(ngp, tmp_path / "run_ngp")
     # Measured 14.52 and 14.52 dB (the untrained model: about 9 dB); the images differ by

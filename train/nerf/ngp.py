@@ -236,6 +236,8 @@ def _frame(meta: dict, i: int, frame: dict, json_path: Path) -> Frame:
             f"folder of {TRANSFORMS} or below it)",
         )
     image = root / name
+    if not image.is_file() and not image.suffix and Path(f"{image}.png").is_file():
+        image = Path(f"{image}.png")  # as in the Blender layout, ".png" may be left out
     if not image.is_file():
         raise DatasetError(json_path, f"frames[{i}].file_path: image not found: {image}")
     camera: dict[str, float | None] = {}
