@@ -1,10 +1,9 @@
 """Command line: `python -m train.export --out RUN [options]`, files made from a trained run.
 
 Reads RUN/checkpoint.pt (the model and the config it was trained with) and hands it to
-the export of the run's experiment (`ExperimentSpec.export`, a module of its package);
-experiments without one have nothing to export. Today: nerf runs, the density's level set
-as a mesh (`train.nerf.export`). Errors print one line and exit with code 2, as
-`python -m train` does.
+the export of the run's experiment (`ExperimentSpec.export`, a module of its package, whose
+options appear under the experiment's name in --help); experiments without one have
+nothing to export. Errors print one line and exit with code 2, as `python -m train` does.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ def _exporters() -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m train.export",
-        description="Write files made from a trained run (nerf: the density's level set as "
-        "a PLY mesh) from the run directory's checkpoint.pt.",
+        description="Write files made from a trained run, from the run directory's "
+        "checkpoint.pt, by the export of its experiment (options below, by experiment).",
         epilog="A missing or unusable checkpoint, a run of an experiment with nothing to "
         "export or a bad option stop the command with one line and exit code 2.",
     )

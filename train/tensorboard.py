@@ -4,7 +4,7 @@ Every record `train.loop` writes to metrics.jsonl is written here too, at its `s
 number as a scalar under its metrics.jsonl key (`psnr`, `mse`, `train_mse`, `lr`, ...),
 each list of numbers as one scalar per entry (`view_psnr/0`, `resolution/0`, ...), and the
 images the experiment offers at that evaluation (its optional `tensorboard_images()`,
-name -> [H, W, 3] float in [0, 1]; nerf: each pictured test view, truth | render).
+name -> [H, W, 3] float in [0, 1], e.g. rendered views beside their ground truth).
 
 The files go to RUN/tensorboard/ (`DIRECTORY`; `--overwrite` deletes it). A resumed run
 appends a new event file there that purges the old one's records after the checkpoint's
