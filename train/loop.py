@@ -74,6 +74,7 @@ class Experiment(Protocol):
     def summary(self, common: dict[str, Any]) -> dict[str, Any]: ...
     def write_files(self, out: Path, summary: dict) -> None: ...  # results besides pictures
     def write_pictures(self, out: Path, records: list[dict], summary: dict) -> None: ...
+
     # optional: tensorboard_images() -> {name: [H, W, 3] in [0, 1]} of the last evaluation,
     # written with each metrics record under output.tensorboard (train/tensorboard.py)
 
