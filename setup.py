@@ -43,7 +43,9 @@ setup(
         "train": ["matplotlib"],
         # the sdf experiment: marching cubes (mesh.ply, mesh.png, Chamfer) and .ply inputs
         "sdf": ["matplotlib", "scikit-image", "plyfile"],
-        "test": ["pytest", "matplotlib", "ninja", "scikit-image", "plyfile"],
+        # output.tensorboard: TensorBoard event files of a run
+        "tensorboard": ["tensorboard"],
+        "test": ["pytest", "matplotlib", "ninja", "scikit-image", "plyfile", "tensorboard"],
     },
     entry_points={"console_scripts": ["grid-train=train.__main__:main"]},
     ext_modules=[

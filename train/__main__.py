@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="replace the run in --out: delete the files a run writes there "
-        "(config.toml, metrics.jsonl, summary.json, checkpoint.pt, pictures), keep the rest",
+        "(config.toml, metrics.jsonl, summary.json, checkpoint.pt, pictures, tensorboard/), "
+        "keep the rest",
     )
     parser.add_argument(
         "--stop-at",

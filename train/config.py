@@ -158,6 +158,12 @@ class OutputConfig:
     picture_views: int = doc("nerf: test views shown in test_views.png.", 4)
     turntable_frames: int = doc("nerf: frames of turntable.gif (0: no animation).", 36)
     progress: bool = doc("Show the tqdm progress bar.", True)
+    tensorboard: bool = doc(
+        "Also write metrics.jsonl's numbers (nerf: and the pictured test views) at each "
+        "evaluation as TensorBoard event files in `tensorboard/` of the run directory; "
+        "needs the tensorboard package.",
+        False,
+    )
 
 
 #: The tables every experiment reads, after its own.

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 INSTALL_TRAIN = "pip install '.[train]'"
 INSTALL_SDF = "pip install '.[sdf]'"
+INSTALL_TENSORBOARD = "pip install '.[tensorboard]'"
 
 
 def require(
@@ -50,7 +51,8 @@ def require(
 
 def check_dependencies(config: Config) -> None:
     """Raise MissingDependencyError if a feature the config turns on lacks its package:
-    the experiment's own first (its spec's `dependencies`), then the pictures'."""
+    the experiment's own first (its spec's `dependencies`), then the pictures', then
+    TensorBoard's."""
     from .experiments import specs  # the experiments import `require` from here
 
     own = specs()[config.experiment].dependencies
@@ -63,4 +65,12 @@ def check_dependencies(config: Config) -> None:
             needs="pictures (slices.png, mesh.png or test_views.png; curves.png)",
             install=INSTALL_TRAIN,
             turn_off="--set output.pictures=false",
+        )
+    if config.output.tensorboard:
+        require(
+            "tensorboard",
+            key="output.tensorboard",
+            needs="TensorBoard event files",
+            install=INSTALL_TENSORBOARD,
+            turn_off="--set output.tensorboard=false",
         )

@@ -14,6 +14,7 @@ run refuses a directory holding them unless told to resume or overwrite it):
                       at the end and when a signal stops the run (train/interrupt.py)
     summary.json      final numbers (written when the run completes)
     *.png, *.gif      the experiment's pictures
+    tensorboard/      with output.tensorboard: metrics.jsonl as TensorBoard events
     other files       what the experiment's `write_files` writes (`rundir.RUN_FILES`)
 """
 
@@ -48,6 +49,7 @@ from .errors import ConfigError, OutputFileError, writing
 from .interrupt import Interrupted, StopCheck, StopSignals
 from .metrics import MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
+from .tensorboard import experiment_images, open_log
 
 RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units
 
@@ -74,6 +76,9 @@ class Experiment(Protocol):
     def summary(self, common: dict[str, Any]) -> dict[str, Any]: ...
     def write_files(self, out: Path, summary: dict) -> None: ...  # results besides pictures
     def write_pictures(self, out: Path, records: list[dict], summary: dict) -> None: ...
+
+    # optional: tensorboard_images() -> {name: [H, W, 3] in [0, 1]} of the last evaluation,
+    # written with each metrics record under output.tensorboard (train/tensorboard.py)
 
 
 def select_device(name: str) -> torch.device:
@@ -235,7 +240,7 @@ def _train(
 
     # Only now that every rank has read its input files: a failure leaves the old run
     # intact. Rank 0 alone writes the run directory.
-    error = None
+    error, board = None, None
     if world.is_main:
         try:
             prepare_run_dir(out, resume=resume, overwrite=overwrite)
@@ -247,6 +252,7 @@ def _train(
             path = out / "config.toml"
             with writing(path, remove=path):
                 path.write_text(to_toml(c))
+            board = open_log(out, c.output.tensorboard, step if checkpoint is not None else None)
         except ConfigError as caught:
             error = caught
     world.agree(error)
@@ -343,6 +349,8 @@ def _train(
                 rate_key: step * batch / max(train_seconds, 1e-9),
             }
             world.on_main(partial(log.write, record))
+            if board is not None:  # rank 0 alone has one
+                board.write(record, experiment_images(exp))
             loss_sum.zero_()
             loss_count = 0
             if c.output.progress and world.is_main:
@@ -359,6 +367,8 @@ def _train(
         if is_eval or is_checkpoint:
             segment_start = time.perf_counter()
     bar.close()
+    if board is not None:
+        board.close()
     seconds += time.perf_counter() - session_start
 
     if stop:

@@ -4,16 +4,19 @@ A directory *holds a run* when it has any of `RUN_MARKERS` (the files every run
 writes at its start or at its checkpoints). A new run refuses such a directory
 unless told to `--resume` it or to `--overwrite` it, so a second command never
 silently replaces the first one's results. `--overwrite` deletes the files a run
-writes (`RUN_FILES`) and nothing else: the user's own files in the directory stay.
+writes (`RUN_FILES`, `RUN_DIRS`) and nothing else: the user's own files in the directory
+stay.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
 from .errors import ConfigError, writing
 from .experiments import specs
+from .tensorboard import DIRECTORY as TENSORBOARD
 
 #: Any of these makes a directory hold a run.
 RUN_MARKERS = ("checkpoint.pt", "metrics.jsonl", "summary.json", "config.toml")
@@ -23,6 +26,8 @@ RUN_FILES = (
     *(*RUN_MARKERS, "checkpoint.pt.tmp", "curves.png"),
     *(name for spec in specs().values() for name in spec.files),
 )
+#: The folders a run writes (`output.tensorboard`): `--overwrite` deletes them whole.
+RUN_DIRS = (TENSORBOARD,)
 
 
 def held_run_files(out: Path) -> list[str]:
@@ -55,14 +60,18 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> None:
 
 def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool) -> None:
     """`check_run_dir`, then create `out`; with overwrite, first delete the files in
-    RUN_FILES that it holds (and say so on stderr). Nothing else is touched. A file
-    system that refuses raises OutputFileError naming `out`."""
+    RUN_FILES and the folders in RUN_DIRS that it holds (and say so on stderr). Nothing
+    else is touched. A file system that refuses raises OutputFileError naming `out`."""
     check_run_dir(out, resume=resume, overwrite=overwrite)
     with writing(out):  # a read-only or full file system: one line naming the directory
         if overwrite:
             deleted = [name for name in RUN_FILES if (out / name).is_file()]
             for name in deleted:
                 (out / name).unlink()
+            for name in RUN_DIRS:
+                if (out / name).is_dir():
+                    shutil.rmtree(out / name)
+                    deleted.append(f"{name}/")
             if deleted:
                 print(f"--overwrite: deleted {', '.join(deleted)} from {out}", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,10 @@ class ExperimentSpec:
     memory: `memory(config)` lists what a run of `config` allocates, each a `Need`
         naming the key that sets it; `train.memory` refuses a config whose sum exceeds
         the device's free memory before anything is allocated.
+    export: the module of its package that `python -m train.export` runs on its run
+        directories ("" when there is nothing to export): `add_arguments(group)` adds its
+        options, `export(out, config, checkpoint, args) -> str` writes the files and says
+        what it wrote (see `train.export`).
     """
 
     name: str
@@ -67,6 +71,7 @@ class ExperimentSpec:
     kinded: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     dependencies: Callable[[Any], None] | None = None
     memory: Callable[[Any], list[Need]] | None = None
+    export: str = ""
 
 
 # ---- memory: what the `memory` functions of the specs share -------------------------------

@@ -3,7 +3,10 @@
 Modules: `config` (the `[data]` and `[nerf]` tables), `blender` (the Blender-format reader,
 camera rays), `scene` (the shipped procedural scene and its generator), `model`
 (`VoxelNeRF`, the worked example built on the library's rendering parts), `experiment`
-(`NerfExperiment`), `pictures` (test_views.png, curves.png, turntable.gif).
+(`NerfExperiment`), `pictures` (test_views.png, curves.png, turntable.gif), `ngp` (the
+instant-ngp / nerfstudio `transforms.json` reader), `cameras` (per-view intrinsics, lens
+distortion), `to_ngp` (a Blender scene rewritten as transforms.json), `export` (the
+density's level set as a mesh, for `python -m train.export`).
 """
 
 from __future__ import annotations
@@ -37,4 +40,5 @@ SPEC = ExperimentSpec(
     files=("test_views.png", "turntable.gif"),
     dependencies=dependencies,
     memory=memory,
+    export="export",
 )

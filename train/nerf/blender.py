@@ -44,6 +44,13 @@ class Views:
     c2w:    [V, 4, 4] float32 camera-to-world, OpenGL axes (looks down -z, y up)
     focal:  focal length in pixels at this resolution, 0.5 * W / tan(0.5 * camera_angle_x)
     names:  the frames' image files, in order (for messages and pictures)
+    intrinsics: None (the Blender cameras: `focal` on both axes, principal point at the
+            image centre), or [V, 4] float64 per view (fx, fy, cx, cy) in pixels at this
+            resolution (`train.nerf.cameras`; `focal` then only informs)
+    distortion: None, or [V, 5] float64 OpenCV (k1, k2, p1, p2, k3) per view
+    sizes:  None (every view is height x width), or [V, 2] int64 (h, w) per view: view v's
+            pixels are images[v, :h, :w], the rest is zero padding up to height x width,
+            the largest (see `mask`)
     """
 
     images: Tensor
@@ -52,9 +59,20 @@ class Views:
     height: int
     width: int
     names: list[str]
+    intrinsics: Tensor | None = None
+    distortion: Tensor | None = None
+    sizes: Tensor | None = None
 
     def __len__(self) -> int:
         return self.images.shape[0]
+
+    def mask(self) -> Tensor | None:
+        """[V, H, W] bool, True on each view's own pixels (not padding); None: all are."""
+        if self.sizes is None:
+            return None
+        rows = torch.arange(self.height)[None, :, None] < self.sizes[:, 0, None, None]
+        cols = torch.arange(self.width)[None, None, :] < self.sizes[:, 1, None, None]
+        return rows & cols
 
     def to(self, device: torch.device | str) -> Views:
         return Views(
@@ -64,6 +82,9 @@ class Views:
             self.height,
             self.width,
             list(self.names),
+            None if self.intrinsics is None else self.intrinsics.to(device),
+            None if self.distortion is None else self.distortion.to(device),
+            self.sizes,
         )
 
 
@@ -136,15 +157,31 @@ def camera_rays(views: Views, index: int | slice | Tensor | None = None) -> tupl
            None -> every view, [V, H, W, 3].
     Returns (origins, directions) on the device of `views.c2w`, float32; directions have
     unit length; origins are the camera positions. Pixel (row i, column j) has camera-space
-    direction ((j + 0.5 - W / 2) / focal, -(i + 0.5 - H / 2) / focal, -1).
+    direction ((j + 0.5 - W / 2) / focal, -(i + 0.5 - H / 2) / focal, -1); with per-view
+    `intrinsics` and `distortion`, `train.nerf.cameras.pixel_directions`'s.
     """
     c2w = views.c2w if index is None else views.c2w[index]  # [..., 4, 4]
     device = c2w.device
+    if views.intrinsics is not None:  # per view: [..., H, W, 3]
+        from .cameras import pixel_directions
+
+        intrinsics, distortion = views.intrinsics, views.distortion
+        if index is not None:
+            intrinsics = intrinsics[index]
+            distortion = None if distortion is None else distortion[index]
+        camera = pixel_directions(intrinsics.to(device), distortion, views.height, views.width)
+        return _rays(c2w, camera)
     j = torch.arange(views.width, device=device, dtype=torch.float32) + 0.5
     i = torch.arange(views.height, device=device, dtype=torch.float32) + 0.5
     x = ((j - 0.5 * views.width) / views.focal)[None, :].expand(views.height, -1)
     y = (-(i - 0.5 * views.height) / views.focal)[:, None].expand(-1, views.width)
     camera = torch.stack([x, y, -torch.ones_like(x)], dim=-1)  # [H, W, 3]
+    return _rays(c2w, camera)
+
+
+def _rays(c2w: Tensor, camera: Tensor) -> tuple[Tensor, Tensor]:
+    """c2w [..., 4, 4], camera-space directions [H, W, 3] or [..., H, W, 3] -> world
+    (origins, unit directions), [..., H, W, 3] each."""
     rotation = c2w[..., None, None, :3, :3]  # [..., 1, 1, 3, 3]
     directions = (rotation @ camera[..., None])[..., 0]  # [..., H, W, 3]
     directions = directions / directions.norm(dim=-1, keepdim=True)

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 class DataConfig:
     path: str = doc(
         "nerf: directory of a Blender-format (NeRF-synthetic) scene: "
-        "`transforms_{train,val,test}.json` and the images they name (relative paths: from "
-        "the current directory).",
+        "`transforms_{train,val,test}.json` and the images they name, or of an instant-ngp / "
+        "nerfstudio capture: one `transforms.json` (relative paths: from the current "
+        "directory).",
         "data/nerf_scene",
     )
     generate: bool = doc(
@@ -35,6 +36,11 @@ class DataConfig:
         [1.0, 1.0, 1.0],
     )
     test_views: int = doc("nerf: evaluate on the first this many test views (0: all).", 0)
+    holdout_every: int = doc(
+        "nerf, `transforms.json` without split lists: every this-many-th frame (in file_path "
+        "order, from the first) is a test view, the others train.",
+        8,
+    )
 
 
 @dataclass
@@ -71,6 +77,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
         if getattr(d, key) < 1:
             raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
+    if d.holdout_every < 2:
+        raise ConfigError(f"data.holdout_every: expected an integer >= 2, got {d.holdout_every}")
     if d.test_views < 0:
         raise ConfigError(f"data.test_views: expected an integer >= 0, got {d.test_views}")
     if len(d.background) != 3 or not all(0 <= v <= 1 for v in d.background):

@@ -2,8 +2,9 @@
 
 What it adds to the loop skeleton (`train.loop`):
 
-* data: a Blender-format scene (`train.blender`), the project's procedural scene generated
-  into `data.path` on first use (`ensure_scene`); every training pixel's ray precomputed;
+* data: a Blender-format scene (`train.nerf.blender`) or an instant-ngp / nerfstudio
+  `transforms.json` (`train.nerf.ngp`), the project's procedural scene generated into
+  `data.path` on first use (`ensure_scene`); every training pixel's ray precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density;
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
@@ -128,7 +129,8 @@ class NerfExperiment:
         resolution: tuple[int, int, int] | None,
         world: World = SINGLE,
     ) -> None:
-        from .blender import DatasetError, camera_rays, load_blender
+        from .blender import DatasetError, camera_rays
+        from .ngp import load_views
 
         c = self.config = config
         self.device, self.gen, self.world = device, gen, world
@@ -136,20 +138,28 @@ class NerfExperiment:
         d = c.data
         self.path = ensure_scene_once(c, device, world)
         self.background = torch.tensor(d.background, dtype=torch.float32, device=device)
-        options = dict(downscale=d.downscale, background=tuple(d.background))
+        options = dict(
+            downscale=d.downscale, background=tuple(d.background), holdout_every=d.holdout_every
+        )
         try:
-            train = load_blender(self.path, "train", **options)
-            test = load_blender(self.path, "test", limit=d.test_views or None, **options)
+            train = load_views(self.path, "train", **options)
+            test = load_views(self.path, "test", limit=d.test_views or None, **options)
         except DatasetError as error:
             raise InputFileError(error.path, error.problem, key="data.path") from None
         self.train_views, self.test_views = train, test
         origins, directions = camera_rays(train)  # [V, H, W, 3] each
+        colors = torch.as_tensor(train.images)
+        mask = train.mask()  # views of different sizes: their own pixels, not the padding
+        if mask is not None:
+            origins, directions, colors = origins[mask], directions[mask], colors[mask]
         self.rays_o = origins.reshape(-1, 3).to(device)
         self.rays_d = directions.reshape(-1, 3).to(device)
-        self.colors = torch.as_tensor(train.images).reshape(-1, 3).to(device)
+        self.colors = colors.reshape(-1, 3).to(device)
         test_o, test_d = camera_rays(test)
         self.test_rays = (test_o.to(device), test_d.to(device))  # [T, H, W, 3] each
         self.test_images = torch.as_tensor(test.images).to(device)  # [T, H, W, 3]
+        test_mask = test.mask()
+        self.test_mask = None if test_mask is None else test_mask.to(device)  # [T, H, W]
         self.label = f"nerf {c.grid.backend}"
 
         torch.manual_seed(c.seed)
@@ -232,7 +242,8 @@ class NerfExperiment:
         kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
         for i in world.split(views):
             rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
-            mses[i] = (rgb.clamp(0, 1) - self.test_images[i]).double().square().mean()
+            error = (rgb.clamp(0, 1) - self.test_images[i]).double().square()
+            mses[i] = error.mean() if self.test_mask is None else error[self.test_mask[i]].mean()
             if i < keep:
                 # depth of the surface: expected depth over opacity, where mostly opaque
                 kept[i, ..., :3] = rgb
@@ -241,7 +252,11 @@ class NerfExperiment:
         if world.size > 1:
             for t in (mses, kept, samples):
                 world.all_sum(t)
-        self.renders = [(k[..., :3].cpu(), k[..., 3].cpu()) for k in kept]
+        self.renders = []
+        for i, k in enumerate(kept):  # views of different sizes: their own pixels only
+            sizes = self.test_views.sizes
+            h, w = (height, width) if sizes is None else sizes[i].tolist()
+            self.renders.append((k[:h, :w, :3].cpu(), k[:h, :w, 3].cpu()))
         mses = mses.tolist()
         return {
             "mse": sum(mses) / len(mses),
@@ -250,6 +265,21 @@ class NerfExperiment:
             "train_seconds": train_seconds,
             "occupied": self.occupied,
             "samples_per_ray": samples.item() / self.config.train.batch_size,
+        }
+
+    def truth(self, i: int) -> Tensor:
+        """Test view i's image on the CPU, [h, w, 3], without padding."""
+        if self.test_views.sizes is None:
+            return self.test_images[i].cpu()
+        h, w = self.test_views.sizes[i].tolist()
+        return self.test_images[i, :h, :w].cpu()
+
+    def tensorboard_images(self) -> dict[str, Tensor]:
+        """The pictured test views of the last evaluation, ground truth | render side by
+        side: name -> [H, 2W, 3] in [0, 1] (`output.tensorboard`)."""
+        return {
+            f"test_view/{i}": torch.cat([self.truth(i), rgb.clamp(0, 1)], dim=1)
+            for i, (rgb, _) in enumerate(self.renders)
         }
 
     def state_dict(self) -> dict[str, Any]:

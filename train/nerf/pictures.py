@@ -49,7 +49,7 @@ def write_test_views(path: Path, exp: NerfExperiment, summary: dict[str, Any]) -
     hit = torch.cat([d[d > 0] for d in depths])
     lo, hi = (hit.min().item(), hit.max().item()) if hit.numel() else (0.0, 1.0)
     for i, (rgb, depth) in enumerate(exp.renders):
-        truth = exp.test_images[i].cpu()
+        truth = exp.truth(i)
         render = rgb.clamp(0, 1)
         error = (render - truth).abs().mean(-1)
         view_psnr = summary["view_psnr"][i]
@@ -146,6 +146,12 @@ def write_turntable(path: Path, exp: NerfExperiment, frames: int) -> None:
         c2w=poses,
         images=torch.zeros(frames, 1, 1, 3),
         names=[f"turntable_{k}" for k in range(frames)],
+        # the first view's camera for every frame (per-view intrinsics: transforms.json)
+        intrinsics=None if views.intrinsics is None else views.intrinsics[:1].expand(frames, 4),
+        distortion=None if views.distortion is None else views.distortion[:1].expand(frames, 5),
+        height=views.height if views.sizes is None else int(views.sizes[0, 0]),
+        width=views.width if views.sizes is None else int(views.sizes[0, 1]),
+        sizes=None,
     )
     origins, directions = camera_rays(novel)  # [frames, H, W, 3]
     images = []

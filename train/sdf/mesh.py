@@ -92,16 +92,21 @@ def field_normals(model: VoxelGrid, points: np.ndarray, chunk: int = 1 << 16) ->
     return out
 
 
-def write_ply(path: Path, mesh: Mesh) -> None:
-    """A binary little-endian PLY: vertices (x, y, z, nx, ny, nz as float) and triangles
-    (`vertex_indices`, a list of 3 ints). Meshes viewers read it; so does
-    `train.point_cloud.read_point_cloud`, as an oriented point cloud."""
+def write_ply(path: Path, mesh: Mesh, colors: np.ndarray | None = None) -> None:
+    """A binary little-endian PLY: vertices (x, y, z, nx, ny, nz as float; with `colors`,
+    [V, 3] uint8, also red, green, blue as uchar) and triangles (`vertex_indices`, a list
+    of 3 ints). Meshes viewers read it; so does `train.point_cloud.read_point_cloud`, as an
+    oriented point cloud."""
+    rgb = () if colors is None else ("red", "green", "blue")
     vertex = np.empty(
-        len(mesh.vertices), dtype=[(n, "<f4") for n in ("x", "y", "z", "nx", "ny", "nz")]
+        len(mesh.vertices),
+        dtype=[(n, "<f4") for n in ("x", "y", "z", "nx", "ny", "nz")] + [(n, "u1") for n in rgb],
     )
     for i, name in enumerate(("x", "y", "z")):
         vertex[name] = mesh.vertices[:, i]
         vertex["n" + name] = mesh.normals[:, i]
+    for i, name in enumerate(rgb):
+        vertex[name] = colors[:, i]
     face = np.empty(len(mesh.faces), dtype=[("count", "u1"), ("index", "<i4", (3,))])
     face["count"] = 3
     face["index"] = mesh.faces
@@ -109,6 +114,7 @@ def write_ply(path: Path, mesh: Mesh) -> None:
         "ply\nformat binary_little_endian 1.0\ncomment zero level set, written by grid-train\n"
         f"element vertex {len(vertex)}\n"
         + "".join(f"property float {n}\n" for n in ("x", "y", "z", "nx", "ny", "nz"))
+        + "".join(f"property uchar {n}\n" for n in rgb)
         + f"element face {len(face)}\nproperty list uchar int vertex_indices\nend_header\n"
     )
     path.write_bytes(header.encode("ascii") + vertex.tobytes() + face.tobytes())

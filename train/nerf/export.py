@@ -1,0 +1,153 @@
+"""A trained radiance field's surface as a mesh: `python -m train.export --out RUN`.
+
+    python -m train.export --out runs/nerf_scene [--level 0.5] [--resolution 256] [--colors]
+                           [--mesh PATH]
+
+* Surface: the level set where the density's alpha over one training sample step is
+  `--level` (default 0.5: a sample there lets half the light through), i.e.
+  `1 - exp(-sigma * interval) = level` with the model's own `interval` (`VoxelNeRF.alpha`).
+  Since the model interpolates the raw density before its activation, that is the level
+  set `raw = raw_level` of the trilinear raw grid: marching cubes (the sdf experiment's
+  `train.sdf.mesh.zero_level_set`, scikit-image) on `raw_level - raw` puts each vertex on
+  a voxel edge exactly where the trained field has alpha = level (but the few it adds
+  inside ambiguous cells, the mean of their edge vertices), with normals pointing out of
+  the dense region and triangles wound outwards.
+* `--resolution R`: march on R^3 samples of the trained field (trilinear between its
+  voxels) instead of its own voxels, for a finer or coarser mesh.
+* `--colors`: vertex colours (PLY red, green, blue) from the colour grid and MLP, seen
+  along the surface normal (view direction = -normal, a camera facing the surface).
+* Output: `RUN/mesh.ply` (or `--mesh PATH`), binary PLY with normals, in the world
+  coordinates of the poses (`grid.bounds`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..dependencies import INSTALL_SDF, require
+from ..errors import ConfigError, InputFileError
+from .experiment import final_resolution, make_model
+from .model import VoxelNeRF, positional_encoding
+
+DEFAULT_LEVEL = 0.5
+MESH = "mesh.ply"
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--level",
+        type=float,
+        default=DEFAULT_LEVEL,
+        help="alpha over one training sample step at the surface, in (0, 1) (default 0.5)",
+    )
+    group.add_argument(
+        "--resolution",
+        type=int,
+        metavar="R",
+        help="march on R^3 samples of the field (default: the model's own voxels)",
+    )
+    group.add_argument(
+        "--colors", action="store_true", help="vertex colours from the colour field and MLP"
+    )
+    group.add_argument("--mesh", type=Path, help=f"the PLY to write (default RUN/{MESH})")
+
+
+def export(out: Path, config: Any, checkpoint: dict[str, Any], args: argparse.Namespace) -> str:
+    """Write the mesh of the run in `out` (see the module docstring); returns what it wrote.
+
+    Raises ConfigError naming the option for a bad value, MissingDependencyError without
+    scikit-image, InputFileError when the checkpoint's model does not fit its config.
+    """
+    from ..sdf.mesh import write_ply
+
+    if not 0 < args.level < 1:
+        raise ConfigError(f"--level: expected a number in (0, 1), got {args.level}")
+    if args.resolution is not None and args.resolution < 2:
+        raise ConfigError(f"--resolution: expected an integer >= 2, got {args.resolution}")
+    require(
+        "skimage",
+        key="python -m train.export",
+        needs="meshes (marching cubes)",
+        install=INSTALL_SDF,
+        package="scikit-image",
+    )
+    model = load_model(config, checkpoint, out)
+    mesh = density_mesh(model, args.level, args.resolution)
+    colors = vertex_colors(model, mesh.vertices, mesh.normals) if args.colors else None
+    path = args.mesh or out / MESH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_ply(path, mesh, colors)
+    what = "vertex colours, " if args.colors else ""
+    return (
+        f"wrote {path}: {len(mesh.vertices)} vertices, {len(mesh.faces)} triangles "
+        f"({what}alpha {args.level:g} per sample step of the step-{checkpoint['step']} field)"
+    )
+
+
+def load_model(config: Any, checkpoint: dict[str, Any], out: Path) -> VoxelNeRF:
+    """The trained VoxelNeRF of a nerf checkpoint, on the CPU, in eval mode."""
+    resolution = tuple(checkpoint["resolution"])
+    model = make_model(
+        config,
+        resolution,
+        final_resolution(config),
+        backend=config.grid.backend,
+        device=torch.device("cpu"),
+    )
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except (RuntimeError, ValueError, KeyError) as error:
+        problem = " ".join(str(error).split())
+        path = out / "checkpoint.pt"
+        raise InputFileError(path, f"does not fit its config ({problem})") from None
+    return model.eval()
+
+
+def raw_level(model: VoxelNeRF, level: float) -> float:
+    """The raw density where alpha over the model's sample step is `level`:
+    softplus(raw + shift) * interval = -log(1 - level)."""
+    sigma = -math.log1p(-level) / model.interval()
+    return sigma + math.log(-math.expm1(-sigma)) - model.shift  # softplus^-1(sigma) - shift
+
+
+@torch.no_grad()
+def density_mesh(model: VoxelNeRF, level: float, resolution: int | None = None):
+    """The `level` set of alpha (see `raw_level`) as a `train.sdf.mesh.Mesh` in world
+    coordinates: marching cubes over the model's voxels, or over `resolution`^3 samples."""
+    from grid.voxel_grid import VoxelGrid
+
+    from ..sdf.mesh import zero_level_set
+
+    if resolution is None:
+        raw = model.density_values().detach().float().cpu()  # [X, Y, Z]
+    else:
+        lo, hi = torch.tensor(model.bounds_list, dtype=torch.float32)
+        axes = [torch.linspace(float(a), float(b), resolution) for a, b in zip(lo, hi, strict=True)]
+        points = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)  # [R, R, R, 3]
+        flat = points.reshape(-1, 3)
+        raw = torch.cat([model.density(c)[..., 0] for c in flat.split(1 << 18)])
+        raw = raw.reshape(resolution, resolution, resolution)
+    # negative where denser than the level, positive outside: normals and winding face out
+    field = VoxelGrid(tuple(raw.shape), 1, model.bounds_list, init="zeros")
+    field.features.data.copy_((raw_level(model, level) - raw.double()).float()[..., None])
+    return zero_level_set(field, "linear")
+
+
+@torch.no_grad()
+def vertex_colors(model: VoxelNeRF, vertices: np.ndarray, normals: np.ndarray) -> np.ndarray:
+    """[V, 3] uint8: the colour field at each vertex seen along -normal (a camera facing
+    the surface); where a normal is unknown (zero), seen along -z."""
+    out, chunk = np.zeros((len(vertices), 3), dtype=np.uint8), 1 << 16
+    for start in range(0, len(vertices), chunk):
+        points = torch.as_tensor(vertices[start : start + chunk], dtype=torch.float32)
+        n = torch.as_tensor(normals[start : start + chunk], dtype=torch.float32)
+        view = torch.where(n.norm(dim=-1, keepdim=True) > 0.5, -n, torch.tensor([0.0, 0.0, -1.0]))
+        rgb = model.rgb(points, positional_encoding(view, model.view_frequencies))
+        out[start : start + len(points)] = (rgb * 255 + 0.5).clamp(0, 255).byte().numpy()
+    return out
