@@ -6,6 +6,7 @@
 """
 
 from . import reference
+from ._version import __version__
 from .ops import sample, total_variation, total_variation_add_grad_, trilinear
 from .voxel_grid import VoxelGrid
 
@@ -16,5 +17,5 @@ __all__ = [
     "total_variation",
     "total_variation_add_grad_",
     "reference",
+    "__version__",
 ]
-__version__ = "0.1.0"

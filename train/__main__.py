@@ -14,18 +14,26 @@ from .dependencies import check_dependencies
 from .distributed import World
 from .errors import ConfigError
 from .rundir import check_run_dir
+from .shipped_configs import resolve as resolve_config
 
 
 def _parser() -> argparse.ArgumentParser:
+    # `grid-train` (the installed script), or `python -m train` / `python -m grid_train`
+    run_as_module = Path(sys.argv[0]).name == "__main__.py"
     parser = argparse.ArgumentParser(
-        prog="python -m train",
+        prog=f"python -m {__package__}" if run_as_module else "grid-train",
         description="Train an experiment (a VoxelGrid fitted to a target field, or a "
         "radiance field from posed images) and write a run directory (config.toml, "
         "metrics.jsonl, summary.json, checkpoint.pt, pictures).",
         epilog="Errors in the config, the files it reads, the run directory or a missing "
         "optional package stop the command before any work, with one line and exit code 2.",
     )
-    parser.add_argument("--config", type=Path, help="experiment TOML file (default: built-ins)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="experiment TOML file, or the name of a shipped one (default.toml, ...) from "
+        "any directory (default: built-ins)",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -112,7 +120,7 @@ def _run(args: argparse.Namespace, world: World) -> int:
 
                 config = resume_config(out, args.set)
             else:
-                config = load_config(args.config, args.set)
+                config = load_config(args.config and resolve_config(args.config), args.set)
             check_dependencies(config)
         except ConfigError as caught:
             error = caught
