@@ -192,10 +192,10 @@ PY
     (cd tests && "$py" -m pytest -q -p no:cacheprovider -rfE --durations=8 ${WHEEL_TESTS:-$ops_tests})
     case ${GRID_NO_CUDA:-0} in "" | 0) device=cuda ;; *) device=cpu ;; esac
     "$work/venv/bin/grid-train" --config default.toml --out runs/default --set device="$device" \
-      --set output.pictures=false --set output.progress=false >"$work/summary.json"
+      --set output.pictures=false --set output.progress=false >"$work/grid_train.log"
     "$py" -c "import json, sys; s = json.load(open(sys.argv[1]))
 print('grid-train:', {k: s.get(k) for k in ('device', 'grid_ops', 'psnr', 'steps', 'seconds')})" \
-      "$work/summary.json"
+      runs/default/summary.json
   ) 2>&1 | tee "$OUT/wheel.log" | tail -n 60
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
