@@ -1,7 +1,10 @@
 """Builds `grid._C`: CPU kernels always, CUDA kernels when the installed torch has CUDA.
 
-Build against the torch already installed (never a second one):
-    pip install --no-build-isolation -e .
+Everything else about the distribution (name, version, packages, dependencies, the
+`grid-train` script) is in pyproject.toml. Build against the torch already installed
+(never a second one):
+    pip install --no-build-isolation -e .     # a checkout, for development
+    pip wheel --no-build-isolation --no-deps -w dist .
 Set GRID_NO_CUDA=1 to build the CPU kernels only; TORCH_CUDA_ARCH_LIST picks the GPU
 targets (default "9.0", i.e. sm_90).
 """
@@ -10,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "grid"))
@@ -20,7 +23,8 @@ try:
 except ImportError as error:  # pragma: no cover - message for a missing build dependency
     raise SystemExit(
         "grid: building needs torch installed first (e.g. `pip install torch==2.13.0`), "
-        "then `pip install --no-build-isolation -e .`"
+        "then `pip install --no-build-isolation .` (without --no-build-isolation pip builds "
+        "in an environment without torch)"
     ) from error
 
 import _backend  # noqa: E402  (grid/_backend.py, loaded without importing the package)
@@ -33,21 +37,6 @@ if with_cuda:
     extra["nvcc"] = _backend.NVCC_FLAGS
 
 setup(
-    name="grid",
-    version="0.1.0",
-    description="Dense voxel feature grids for PyTorch: fused trilinear ops on CPU and CUDA",
-    packages=find_packages(include=["grid", "grid.*", "train", "train.*"]),
-    python_requires=">=3.11",
-    install_requires=["torch>=2.11", "numpy", "tqdm"],
-    extras_require={
-        "train": ["matplotlib"],
-        # the sdf experiment: marching cubes (mesh.ply, mesh.png, Chamfer) and .ply inputs
-        "sdf": ["matplotlib", "scikit-image", "plyfile"],
-        # output.tensorboard: TensorBoard event files of a run
-        "tensorboard": ["tensorboard"],
-        "test": ["pytest", "matplotlib", "ninja", "scikit-image", "plyfile", "tensorboard"],
-    },
-    entry_points={"console_scripts": ["grid-train=train.__main__:main"]},
     ext_modules=[
         Extension(
             "grid._C",

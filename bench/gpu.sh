@@ -23,6 +23,17 @@
 # all-reduce's share of the 2-GPU step at the final resolution). Before the runs,
 # bench/multi_step.py times one density_256 step at 256^3 (host vs wall) on 1 and 2
 # processes for each of PROBE_BATCHES (default 1048576 4194304; PROBE_BATCHES= skips it).
+#   bash bench/gpu.sh wheel
+# `wheel`: the release check. The sdist, then a wheel built from it with the installed torch
+# (pip wheel --no-build-isolation --no-deps: CUDA kernels for TORCH_CUDA_ARCH_LIST), installed
+# into a new venv (its own site-packages holds only the wheel; this python's site-packages,
+# torch included, come after it through a .pth file: nothing is downloaded). From a folder
+# outside the checkout it checks that `import grid` is the installed build with CUDA kernels,
+# runs the op tests (a copy of tests/; WHEEL_TESTS picks the files, default those that need
+# no checkout) and `grid-train --config default.toml` on the GPU. No JIT build of the
+# checkout. GRID_NO_CUDA=1 builds and checks a CPU wheel instead (the same steps on a machine
+# without a GPU). Writes to $OUT: wheel.log (all output) and the sdist and wheel (dist/); the venv
+# and the run directory stay in WHEEL_DIR (default /tmp/grid_wheel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -38,11 +49,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
   | tee -a "$OUT/device.txt"
 
-start=$(date +%s)
-GRID_VERBOSE_BUILD=1 python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)" \
-  >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }
-tail -n 1 "$OUT/build.log"
-echo "build: $(($(date +%s) - start)) s"
+if [ "$what" != wheel ]; then
+  start=$(date +%s)
+  GRID_VERBOSE_BUILD=1 python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)" \
+    >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }
+  tail -n 1 "$OUT/build.log"
+  echo "build: $(($(date +%s) - start)) s"
+fi
 
 if [ "$what" = all ] || [ "$what" = tests ]; then
   # shellcheck disable=SC2086  # TESTS is a list of paths
@@ -137,5 +150,54 @@ if [ "$what" = multi ]; then
       "$OUT/multi.md" >>"$OUT/multi.log" 2>&1 || status=1
     cat "$OUT/multi.md"
   done
+fi
+if [ "$what" = wheel ]; then
+  work=$(realpath -m "${WHEEL_DIR:-/tmp/grid_wheel}")
+  ops_tests="test_contract.py test_double_backward.py test_sample.py test_sample_deterministic.py
+    test_smoothstep.py test_total_variation.py test_trilinear.py test_voxel_grid.py"
+  rm -rf "$work" "$OUT/dist"
+  mkdir -p "$work/run" "$OUT/dist"
+  (
+    set -e
+    unset PYTHONPATH
+    start=$(date +%s)
+    python3 -c "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])" \
+      "$OUT/dist" >"$work/sdist.log" 2>&1 || { tail -n 30 "$work/sdist.log"; exit 1; }
+    rm -rf densegrid.egg-info  # the sdist's by-product; it would pose as an installed densegrid
+    python3 -m pip wheel --no-build-isolation --no-deps --no-index -w "$OUT/dist" "$OUT"/dist/*.tar.gz
+    echo "sdist and wheel: $(($(date +%s) - start)) s"
+    ls -l "$OUT/dist"
+    python3 -m zipfile -l "$OUT"/dist/*.whl | awk 'NR > 1 {print $1}' | cut -d/ -f1 | sort -u \
+      | tr '\n' ' ' | sed 's/^/wheel top level: /'
+    echo
+    python3 -m venv --without-pip "$work/venv"
+    py="$work/venv/bin/python"
+    own=$("$py" -c "import site; print(site.getsitepackages()[0])")
+    python3 -c "import pathlib, site, torch
+print('\n'.join(dict.fromkeys([*site.getsitepackages(), str(pathlib.Path(torch.__file__).parents[1])])))" \
+      >"$own/_outer_site.pth"
+    "$py" -m pip install --no-deps --no-index --ignore-installed "$OUT"/dist/*.whl
+    cp -r tests "$work/run/tests"
+    cd "$work/run"
+    "$py" - "$work/venv" <<'PY'
+import importlib.metadata, os, sys
+import grid, grid._backend as b, torch
+print("grid", grid.__version__, "from", grid.__file__, "| ops:", b.source, "| CUDA kernels:",
+      b.has_cuda_kernels, "| torch", torch.__version__, "| metadata", importlib.metadata.version("densegrid"))
+assert grid.__file__.startswith(sys.argv[1]), "import grid did not find the installed wheel"
+assert b.source == "installed", "grid._C is not the installed one"
+cpu_only = os.environ.get("GRID_NO_CUDA", "0") not in ("", "0")
+assert b.has_cuda_kernels or cpu_only, "the wheel holds no CUDA kernels"
+PY
+    # shellcheck disable=SC2086  # a list of files
+    (cd tests && "$py" -m pytest -q -p no:cacheprovider -rfE --durations=8 ${WHEEL_TESTS:-$ops_tests})
+    case ${GRID_NO_CUDA:-0} in "" | 0) device=cuda ;; *) device=cpu ;; esac
+    "$work/venv/bin/grid-train" --config default.toml --out runs/default --set device="$device" \
+      --set output.pictures=false --set output.progress=false >"$work/grid_train.log"
+    "$py" -c "import json, sys; s = json.load(open(sys.argv[1]))
+print('grid-train:', {k: s.get(k) for k in ('device', 'grid_ops', 'psnr', 'steps', 'seconds')})" \
+      runs/default/summary.json
+  ) 2>&1 | tee "$OUT/wheel.log" | tail -n 60
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

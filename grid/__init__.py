@@ -7,6 +7,7 @@ occupancy grid, compositing of packed samples).
 """
 
 from . import reference
+from ._version import __version__
 from .occupancy import OccupancyGrid
 from .ops import sample, total_variation, total_variation_add_grad_, trilinear
 from .rays import RaySamples, march_rays, ray_aabb
@@ -27,5 +28,5 @@ __all__ = [
     "composite_weights",
     "accumulate_along_rays",
     "composite",
+    "__version__",
 ]
-__version__ = "0.1.0"

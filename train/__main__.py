@@ -17,11 +17,14 @@ from .distributed import World
 from .errors import ConfigError
 from .interrupt import Interrupted
 from .rundir import check_run_dir
+from .shipped_configs import resolve as resolve_config
 
 
 def _parser() -> argparse.ArgumentParser:
+    # `grid-train` (the installed script), or `python -m train` / `python -m grid_train`
+    run_as_module = Path(sys.argv[0]).name == "__main__.py"
     parser = argparse.ArgumentParser(
-        prog="python -m train",
+        prog=f"python -m {__package__}" if run_as_module else "grid-train",
         description="Train an experiment (a VoxelGrid fitted to a target field, or a "
         "radiance field from posed images) and write a run directory (config.toml, "
         "metrics.jsonl, summary.json, checkpoint.pt, pictures).",
@@ -32,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
         "(Ctrl-C) and SIGTERM finish the current step, write the checkpoint and exit with "
         "130 and 143; a second signal exits at once.",
     )
-    parser.add_argument("--config", type=Path, help="experiment TOML file (default: built-ins)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="experiment TOML file, or the name of a shipped one (default.toml, ...) from "
+        "any directory (default: built-ins)",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -128,7 +136,7 @@ def _run(args: argparse.Namespace, world: World) -> tuple[int, bool]:
 
                 config = resume_config(out, args.set)
             else:
-                config = load_config(args.config, args.set)
+                config = load_config(args.config and resolve_config(args.config), args.set)
             check_dependencies(config)
         except ConfigError as caught:
             error = caught
