@@ -14,9 +14,12 @@ from .errors import MissingDependencyError
 if TYPE_CHECKING:
     from .config import Config
 
-INSTALL_TRAIN = "pip install '.[train]'"
-INSTALL_SDF = "pip install '.[sdf]'"
-INSTALL_TENSORBOARD = "pip install '.[tensorboard]'"
+# The distribution is densegrid; in a checkout the same extras install from '.'.
+INSTALL_TRAIN = "pip install 'densegrid[train]' (from a checkout: pip install '.[train]')"
+INSTALL_SDF = "pip install 'densegrid[sdf]' (from a checkout: pip install '.[sdf]')"
+INSTALL_TENSORBOARD = (
+    "pip install 'densegrid[tensorboard]' (from a checkout: pip install '.[tensorboard]')"
+)
 
 
 def require(
