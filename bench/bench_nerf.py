@@ -35,11 +35,11 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 from bench_ops import Ctx, attempt, fmt_ms, free_memory, timeit  # noqa: E402
+from train.nerf_model import VoxelNeRF  # noqa: E402
 
 from train.config import load_config  # noqa: E402
 from train.loop import select_device  # noqa: E402
 from train.nerf import NerfExperiment, make_model  # noqa: E402
-from train.nerf_model import VoxelNeRF  # noqa: E402
 
 
 def synced(fn, device: torch.device, warmup: int, reps: int) -> dict:
