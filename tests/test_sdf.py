@@ -225,7 +225,12 @@ def test_the_resolved_config_keeps_the_kinds_keys_and_an_absolute_path(tmp_path,
     monkeypatch.chdir(tmp_path)
     config = load_config(None, ["experiment=sdf", "points.kind=file", "points.path=c.xyz"])
     data = to_dict(config)
-    assert data["points"] == {"kind": "file", "path": str(tmp_path / "c.xyz")}
+    assert data["points"] == {
+        "kind": "file",
+        "path": str(tmp_path / "c.xyz"),
+        "normals": "given",
+        "normal_neighbours": 16,
+    }
     assert "target" not in data and "nerf" not in data
     # switching the kind on the command line drops the file's keys of the old kind
     path = tmp_path / "sphere.toml"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..dependencies import INSTALL_SDF, require
 from ..schema import ExperimentSpec
-from .config import POINTS_KIND_KEYS, PointsConfig, memory, validate
+from .config import POINTS_KIND_KEYS, PointsConfig, SdfConfig, memory, validate
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -41,7 +41,7 @@ def dependencies(config: Config) -> None:
 SPEC = ExperimentSpec(
     name="sdf",
     summary="a signed distance grid from the oriented points of `[points]`",
-    sections={"points": PointsConfig},
+    sections={"points": PointsConfig, "sdf": SdfConfig},
     validate=validate,
     experiment="SdfExperiment",
     unit="points",

@@ -13,13 +13,18 @@ if TYPE_CHECKING:
     from ..config import Config
 
 POINTS_KINDS = ("torus", "sphere", "box", "file")
+#: The keys of [points] that every kind reads.
+NORMAL_KEYS = ("normals", "normal_neighbours")
 #: The keys of [points] that each kind reads (besides `kind`).
 POINTS_KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "sphere": ("count", "seed", "radius", "center"),
-    "torus": ("count", "seed", "major_radius", "minor_radius", "center"),
-    "box": ("count", "seed", "half_size", "center"),
-    "file": ("path",),
+    "sphere": ("count", "seed", "radius", "center", *NORMAL_KEYS),
+    "torus": ("count", "seed", "major_radius", "minor_radius", "center", *NORMAL_KEYS),
+    "box": ("count", "seed", "half_size", "center", *NORMAL_KEYS),
+    "file": ("path", *NORMAL_KEYS),
 }
+NORMALS = ("given", "estimate")
+INIT_SIGNS = ("normals", "winding")
+KEEP = ("all", "supported")
 POINT_FILE_SUFFIXES = (".npy", ".xyz", ".ply")
 
 
@@ -49,6 +54,70 @@ class PointsConfig:
         "point must lie inside grid.bounds; normals are normalised (relative paths: from the "
         "current directory).",
         "",
+    )
+    normals: str = doc(
+        "sdf: `given` (the file's normals, or the shape's exact ones) or `estimate`: normals "
+        "estimated from the points alone (local PCA over `points.normal_neighbours` "
+        "neighbours, oriented outwards: train/sdf/normals.py), for points without normals "
+        "(a 3-column .npy or .xyz, a .ply without nx, ny, nz); a file's normals, if any, "
+        "are then ignored.",
+        "given",
+    )
+    normal_neighbours: int = doc(
+        'sdf, `points.normals = "estimate"`: neighbours of each point its normal is '
+        "fitted to (more: less noise, rounder edges).",
+        16,
+    )
+
+
+@dataclass
+class SdfConfig:
+    smooth_weight: float = doc(
+        "sdf: weight of the smoothness term, the mean over the box of (Laplacian of f)^2 "
+        "in world units (so the same weight means the same at every resolution), added "
+        "to the loss as its gradient (two passes of the native total-variation op).",
+        0.0,
+    )
+    band_fraction: float = doc(
+        "sdf: share of `train.eikonal_points` drawn near the points (a surface point "
+        "moved by a Gaussian offset of `sdf.band_width` voxels), the rest uniform in the "
+        "box.",
+        0.0,
+    )
+    band_width: float = doc(
+        "sdf: standard deviation of the near-surface eikonal points' offset, in voxels of "
+        "the current grid.",
+        2.0,
+    )
+    init_sign: str = doc(
+        'sdf, `grid.init = "points"`: the sign of the start: `normals` (the mean of '
+        "(x - p) . n over the 8 nearest points) or `winding` (the same near the points; "
+        "farther than 2 voxels, the generalised winding number of the oriented points, "
+        "which stays right far from the surface, behind holes and thin parts).",
+        "normals",
+    )
+    keep: str = doc(
+        "sdf: which pieces of the zero level set the mesh keeps: `all`, or `supported`: "
+        "the connected components with at least `sdf.support_share` of their vertices "
+        "within `sdf.support_distance` voxels of an input point (spurious pieces away "
+        "from the data go).",
+        "all",
+    )
+    support_distance: float = doc(
+        'sdf, `sdf.keep = "supported"`: how near (in voxels of the final grid) a vertex '
+        "must be to an input point to count as supported.",
+        1.0,
+    )
+    support_share: float = doc(
+        'sdf, `sdf.keep = "supported"`: the share of a component\'s vertices that must '
+        "be supported for it to be kept.",
+        0.5,
+    )
+    lr_scale: str = doc(
+        "sdf: `none`, or `voxel`: the learning rate is multiplied by the voxel size "
+        "relative to the starting grid's after each upsample (Adam's steps are in "
+        "distance units: the same rate moves a finer surface by more voxels).",
+        "none",
     )
 
 
@@ -85,6 +154,22 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
                 key="points.path",
             )
         p.path = str(file)  # absolute: a resumed run may start in another directory
+    choice(p.normals, NORMALS, "points.normals")
+    if p.normal_neighbours < 3:
+        raise ConfigError(
+            f"points.normal_neighbours: expected an integer >= 3, got {p.normal_neighbours}"
+        )
+    s = c.sdf
+    positive(s.smooth_weight, "sdf.smooth_weight", zero=True)
+    if not 0 <= s.band_fraction <= 1:
+        raise ConfigError(f"sdf.band_fraction: expected a number in [0, 1], got {s.band_fraction}")
+    positive(s.band_width, "sdf.band_width")
+    choice(s.init_sign, INIT_SIGNS, "sdf.init_sign")
+    choice(s.keep, KEEP, "sdf.keep")
+    positive(s.support_distance, "sdf.support_distance")
+    if not 0 <= s.support_share <= 1:
+        raise ConfigError(f"sdf.support_share: expected a number in [0, 1], got {s.support_share}")
+    choice(s.lr_scale, ("none", "voxel"), "sdf.lr_scale")
     if c.grid.backend != "native":
         raise ConfigError("grid.backend: the sdf experiment uses 'native' only")
     if c.train.surface_fraction > 0:

@@ -36,7 +36,14 @@ from grid.voxel_grid import VoxelGrid
 
 from ..config import Config
 from ..distributed import World
-from .mesh import Mesh, distance_to_mesh, distance_to_points, zero_level_set
+from .mesh import (
+    Mesh,
+    distance_to_mesh,
+    distance_to_points,
+    face_components,
+    supported_components,
+    zero_level_set,
+)
 from .points import PointCloud, exact_sdf, sample_surface, shape_params
 
 CHUNK = 1 << 16
@@ -86,6 +93,10 @@ class Evaluation:
         self.band = c.eval.band * voxel
         self.with_mesh = c.output.mesh
         self.mesh: Mesh | None = None
+        # sdf.keep = "supported": components away from the input points are dropped
+        self.keep = c.sdf.keep
+        self.support = (c.sdf.support_distance * voxel, c.sdf.support_share)
+        self.inputs = cloud.points.double().cpu().numpy()
         gen = torch.Generator().manual_seed(c.eval.seed)
         if p.kind == "file":
             self.reference = "input points"
@@ -134,9 +145,15 @@ class Evaluation:
     def chamfer(self, model: VoxelGrid, interpolation: str) -> dict[str, Any]:
         """Extract the mesh (kept in `self.mesh`) and its Chamfer distances (None when
         the field has no zero level set)."""
-        self.mesh = mesh = zero_level_set(model, interpolation)
+        mesh = zero_level_set(model, interpolation)
+        removed = {"mesh_components": len(face_components(mesh.faces, len(mesh.vertices))[1])}
+        if self.keep == "supported":
+            mesh, components, faces = supported_components(mesh, self.inputs, *self.support)
+            removed.update(removed_components=components, removed_faces=faces)
+        self.mesh = mesh
         if len(mesh.faces) == 0:
-            return dict.fromkeys(("chamfer", "chamfer_box", "mesh_to_surface", "surface_to_mesh"))
+            keys = ("chamfer", "chamfer_box", "mesh_to_surface", "surface_to_mesh")
+            return {**dict.fromkeys(keys), **removed}
         points = self.points.double().cpu().numpy()
         if self.shape is not None:
             vertices = torch.as_tensor(mesh.vertices, device=self.points.device)
@@ -151,6 +168,7 @@ class Evaluation:
             "chamfer_box": chamfer / self.box_size,
             "mesh_to_surface": to_surface,
             "surface_to_mesh": to_mesh,
+            **removed,
         }
 
     def line(self, quality: dict[str, Any]) -> str:
@@ -166,4 +184,10 @@ class Evaluation:
         parts.append(f"normals {quality['normal_error']:5.2f} deg")
         if quality.get("chamfer") is not None:
             parts.append(f"chamfer {quality['chamfer']:.2e}")
+        if quality.get("mesh_components") is not None:
+            dropped = quality.get("removed_components")
+            parts.append(
+                f"pieces {quality['mesh_components']}"
+                + (f" (-{dropped} unsupported)" if dropped else "")
+            )
         return "  ".join(parts)

@@ -20,6 +20,7 @@ cubes (`train.mesh`). Pictures: mesh.png, curves.png (`train.sdf_pictures`).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,9 @@ from ..errors import ConfigError, writing
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..schema import as_resolution
 from .evaluation import Evaluation
+from .fields import band_points, laplacian_energy, point_areas, winding_numbers
 from .mesh import Mesh, write_ply
+from .normals import estimate_normals, normal_agreement
 from .points import (
     PointCloud,
     check_inside,
@@ -50,16 +53,26 @@ def final_resolution(config: Config) -> tuple[int, int, int]:
     return as_resolution(res[-1] if res else config.grid.resolution, "grid.resolution")
 
 
-def load_points(config: Config) -> PointCloud:
-    """The oriented points of `[points]` (CPU): drawn on the shape or read from the file;
-    refused (naming the key or the file) when any lies outside `grid.bounds`."""
+def load_points(config: Config, device: torch.device | None = None) -> PointCloud:
+    """The oriented points of `[points]` (on `device`, default the CPU): drawn on the
+    shape or read from the file, refused (naming the key or the file) when any lies
+    outside `grid.bounds`; with `points.normals = "estimate"` their normals estimated
+    (`normals.estimate_normals`; `cloud.report` says how)."""
     p = config.points
+    estimate = p.normals == "estimate"
     if p.kind == "file":
-        cloud = read_point_cloud(p.path)
+        cloud = read_point_cloud(p.path, normals=not estimate)
     else:
         gen = torch.Generator().manual_seed(p.seed)
         cloud = sample_surface(p.kind, shape_params(p), p.count, gen)
     check_inside(cloud, config.grid.bounds, p.path if p.kind == "file" else "")
+    cloud = cloud.to(device or torch.device("cpu"))
+    if estimate:
+        given = cloud.normals if p.kind != "file" else None
+        normals, report = estimate_normals(cloud.points, config.grid.bounds, p.normal_neighbours)
+        if given is not None:  # a shape: how far from the exact normals
+            report.update(normal_agreement(normals, given))
+        cloud = PointCloud(cloud.points, normals, report)
     return cloud
 
 
@@ -69,8 +82,16 @@ INIT_POINTS = 1 << 15
 INIT_NEIGHBOURS = 8
 
 
+#: The winding-number start measures at most this many of the points (a random subset).
+WINDING_POINTS = 1 << 13
+#: ... at the voxels of a grid of at most this many per axis, interpolated beyond.
+WINDING_GRID = 40
+
+
 @torch.no_grad()
-def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> None:
+def points_init(
+    model: VoxelGrid, cloud: PointCloud, gen: torch.Generator, sign: str = "normals"
+) -> None:
     """Set every voxel to its distance to the nearest point of the cloud, negative where
     its nearest points' normals face away from it (the voxel is behind the surface).
 
@@ -80,7 +101,13 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
     the right sign everywhere, so no spurious surface has to be swept away where the
     points say nothing: a zero start leaves such sheets, a local minimum of the eikonal
     term. Measured against a random subset of at most INIT_POINTS points (`gen`), by
-    brute force in chunks (the start grid is coarse)."""
+    brute force in chunks (the start grid is coarse).
+
+    sign = "winding": farther than 2 voxels from the points, the sign is that of the
+    generalised winding number minus 1/2 instead (`fields.winding_numbers`, on a grid of
+    at most WINDING_GRID voxels per axis from at most WINDING_POINTS points, weighted by
+    the area each stands for), which stays right far from the surface, where the
+    nearest points may all face one way."""
     points, normals = cloud.points, cloud.normals
     if len(cloud) > INIT_POINTS:
         pick = torch.randperm(len(cloud), generator=gen, device=gen.device)[:INIT_POINTS]
@@ -98,7 +125,44 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
         distance, nearest = torch.cdist(x, points).topk(k, dim=1, largest=False)  # [C, k]
         side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
         values[start : start + 256] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
+    if sign == "winding":
+        far = values.abs() > 2 * voxel_size(model)
+        inside = winding_field(model, cloud, gen).reshape(-1) > 0.5
+        magnitude = values.abs()
+        values = torch.where(far, torch.where(inside, -magnitude, magnitude), values)
     model.features.copy_(values.reshape(model.features.shape))
+
+
+def voxel_size(model: VoxelGrid) -> float:
+    """The largest side of a voxel of `model`, in world units."""
+    lo, hi = model.bounds
+    return max(
+        (b - a) / (n - 1)
+        for a, b, n in zip(lo.tolist(), hi.tolist(), model.resolution, strict=True)
+    )
+
+
+def winding_field(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> Tensor:
+    """[X, Y, Z] the winding number of the cloud at the voxels of `model` (computed on a
+    grid of at most WINDING_GRID per axis over the same box, trilinearly resampled)."""
+    device = cloud.points.device
+    areas = point_areas(cloud.points)
+    points, normals = cloud.points, cloud.normals
+    if len(cloud) > WINDING_POINTS:
+        pick = torch.randperm(len(cloud), generator=gen, device=gen.device)[:WINDING_POINTS]
+        pick = pick.to(device)
+        areas = areas[pick] * (areas.sum() / areas[pick].sum())
+        points, normals = points[pick], normals[pick]
+    coarse = tuple(min(n, WINDING_GRID) for n in model.resolution)
+    lo, hi = model.bounds.tolist()
+    axes = [torch.linspace(a, b, n, device=device) for a, b, n in zip(lo, hi, coarse, strict=True)]
+    nodes = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
+    w = winding_numbers(nodes, points, normals, areas).reshape(coarse)
+    if coarse != tuple(model.resolution):
+        w = torch.nn.functional.interpolate(
+            w[None, None], size=model.resolution, mode="trilinear", align_corners=True
+        )[0, 0]
+    return w
 
 
 def sdf_losses(
@@ -148,7 +212,23 @@ class SdfExperiment(GridSchedule):
         self.rows = world.share(c.train.batch_size)
         self.uniform_rows = world.share(c.train.eikonal_points)
         self.lo, self.hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
-        self.cloud = load_points(c).to(device)
+        self.cloud = load_points(c, device)
+        if self.cloud.report and world.is_main and c.output.progress:
+            r = self.cloud.report
+            print(
+                f'points.normals = "estimate": {len(self.cloud)} normals by PCA over '
+                f"{c.points.normal_neighbours} neighbours; oriented from outside "
+                f"{100 * r['oriented_from_outside']:.1f}%, by their neighbours "
+                f"{100 * r['oriented_by_neighbours']:.1f}%, away from the centroid "
+                f"{100 * r['oriented_by_centroid']:.1f}%"
+                + (
+                    f"; against the exact normals: {r['normals_error']:.2f} deg, "
+                    f"{100 * r['normals_flipped']:.2f}% flipped"
+                    if "normals_error" in r
+                    else ""
+                ),
+                file=sys.stderr,
+            )
         self.interpolation = c.grid.interpolation
         self.label = f"sdf {c.points.kind}"
         self.evaluation = Evaluation(c, self.cloud, final_resolution(c), device, world)
@@ -164,7 +244,9 @@ class SdfExperiment(GridSchedule):
             device=device,
         )
         if c.grid.init == "points":
-            points_init(self.model, self.cloud, torch.Generator().manual_seed(c.seed))
+            gen_init = torch.Generator().manual_seed(c.seed)
+            points_init(self.model, self.cloud, gen_init, c.sdf.init_sign)
+        self.start_voxel = voxel_size(self.model)
         self.optimizer = make_optimizer(self.model, c)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
@@ -176,14 +258,33 @@ class SdfExperiment(GridSchedule):
         index = torch.randint(
             len(self.cloud), (t.batch_size,), generator=self.gen, device=self.device
         )[self.rows]
-        uniform = uniform_points(t.eikonal_points, self.lo, self.hi, self.gen)[self.uniform_rows]
+        sd = self.config.sdf
+        near = round(sd.band_fraction * t.eikonal_points)
+        uniform = uniform_points(t.eikonal_points - near, self.lo, self.hi, self.gen)
+        if near:
+            std = sd.band_width * voxel_size(self.model)
+            band = band_points(self.cloud.points, near, std, self.gen)
+            uniform = torch.cat([band.clamp(self.lo, self.hi), uniform])
+        uniform = uniform[self.uniform_rows]
         terms = sdf_losses(self.model, self.cloud.points[index], self.cloud.normals[index], uniform)
         surface, normal, eikonal = terms
         loss = surface + t.normal_weight * normal + t.eikonal_weight * eikonal
         if t.tv_weight:
             loss = loss + t.tv_weight * self.model.total_variation()
+        if sd.smooth_weight:
+            h = voxel_size(self.model)
+            loss = loss + laplacian_energy(self.model.features, sd.smooth_weight, h)
         self.terms = torch.stack(terms).detach()
         return loss, loss.detach()
+
+    def begin_step(self, step: int) -> None:
+        """The learning rate of `train.lr`'s decay, times the voxel size relative to the
+        start's with `sdf.lr_scale = "voxel"`."""
+        super().begin_step(step)
+        if self.config.sdf.lr_scale == "voxel":
+            scale = voxel_size(self.model) / self.start_voxel
+            for group in self.optimizer.param_groups:
+                group["lr"] *= scale
 
     def progress(self, loss: float) -> dict[str, str]:
         surface, normal, eikonal = self.terms.tolist()
@@ -224,6 +325,8 @@ class SdfExperiment(GridSchedule):
             "points": c.points.kind if c.points.kind != "file" else c.points.path,
             "point_count": len(self.cloud),
             "reference": e.reference,
+            "normals": c.points.normals,
+            **(self.cloud.report or {}),
             "band": e.band,
             "box_size": e.box_size,
             "interpolation": self.interpolation,

@@ -120,6 +120,57 @@ def write_ply(path: Path, mesh: Mesh, colors: np.ndarray | None = None) -> None:
     path.write_bytes(header.encode("ascii") + vertex.tobytes() + face.tobytes())
 
 
+def face_components(faces: np.ndarray, vertex_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Connected components of a triangle mesh (faces sharing a vertex are connected):
+    (component of each face [T], numbered from the largest (in faces) down; the faces in
+    each component [C], decreasing)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if len(faces) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    rows = np.repeat(faces[:, 0], 2)
+    cols = faces[:, 1:].reshape(-1)
+    graph = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(vertex_count, vertex_count))
+    _, vertex_label = connected_components(graph, directed=False)
+    label = vertex_label[faces[:, 0]]
+    _, label, sizes = np.unique(label, return_inverse=True, return_counts=True)
+    order = np.argsort(-sizes, kind="stable")  # old label -> rank
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[label], sizes[order]
+
+
+def supported_components(
+    mesh: Mesh, points: np.ndarray, distance: float, share: float
+) -> tuple[Mesh, int, int]:
+    """The mesh without the connected components that the points do not support: those
+    with less than `share` of their vertices within `distance` of one of points [P, 3]
+    (the best supported one is kept if none is). Returns (mesh, components removed,
+    faces removed)."""
+    if len(mesh.faces) == 0:
+        return mesh, 0, 0
+    label, sizes = face_components(mesh.faces, len(mesh.vertices))
+    near = distance_to_points(mesh.vertices, points) <= distance  # [V]
+    vertex_label = np.zeros(len(mesh.vertices), dtype=np.int64)
+    vertex_label[mesh.faces.reshape(-1)] = np.repeat(label, 3)
+    used = np.zeros(len(mesh.vertices), dtype=bool)
+    used[mesh.faces.reshape(-1)] = True
+    count = np.bincount(vertex_label[used], minlength=len(sizes))
+    supported = np.bincount(vertex_label[used], weights=near[used], minlength=len(sizes))
+    ratio = supported / np.maximum(count, 1)
+    keep = ratio >= share
+    if not keep.any():
+        keep[ratio.argmax()] = True
+    kept_faces = keep[label]
+    if kept_faces.all():
+        return mesh, 0, 0
+    faces = mesh.faces[kept_faces]
+    vertices, inverse = np.unique(faces.reshape(-1), return_inverse=True)
+    out = Mesh(mesh.vertices[vertices], inverse.reshape(-1, 3), mesh.normals[vertices])
+    return out, int((~keep).sum()), int((~kept_faces).sum())
+
+
 # ---- distances --------------------------------------------------------------------------
 
 
@@ -132,33 +183,92 @@ def distance_to_points(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
 
 
 def distance_to_mesh(queries: np.ndarray, mesh: Mesh) -> np.ndarray:
-    """[Q] exact distances from queries [Q, 3] to the nearest point of the mesh's triangles.
+    """[Q] exact distances from queries [Q, 3] to the nearest point of the mesh's triangles
+    (`nearest_triangles`)."""
+    return nearest_triangles(queries, mesh.vertices, mesh.faces)[0]
 
-    The triangle whose centroid is nearest gives an upper bound d; every triangle that
-    could be nearer has its centroid within d + r of the query (r: the largest distance
-    from a centroid to its triangle's corners), so only those are measured."""
+
+def nearest_triangles(
+    queries: np.ndarray,
+    vertices: np.ndarray,
+    faces: np.ndarray,
+    neighbours: int = 4,
+    chunk: int = 1 << 15,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact nearest triangles: (distance [Q], face index [Q]) from queries [Q, 3] to the
+    triangles `faces` [T, 3] of `vertices` [V, 3].
+
+    The triangles are put in groups by their reach r (the largest distance from a
+    centroid to its triangle's corners: up to the median, then doubling), one k-d tree of
+    centroids each. The `neighbours` triangles of each group whose centroids are nearest
+    are measured first; a triangle not among them lies no nearer than the last of their
+    centroids minus its group's r. Where the best distance found does not beat that bound,
+    every triangle of the group whose centroid lies within the best distance + r is
+    measured. In chunks of `chunk` queries, so far queries cost time, never unbounded
+    memory; the chunks run on up to 8 threads (numpy and scipy release the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    from itertools import chain
+
     from scipy.spatial import cKDTree
 
-    corners = mesh.vertices[mesh.faces]  # [T, 3, 3]
+    corners = vertices[faces]  # [T, 3, 3]
     centroids = corners.mean(axis=1)
-    reach = np.linalg.norm(corners - centroids[:, None], axis=2).max()
-    tree = cKDTree(centroids)
-    _, nearest = tree.query(queries, k=1)
-    bound = point_triangle_distance(queries, corners[nearest])
-    candidates = tree.query_ball_point(queries, bound + reach + 1e-12)
-    counts = np.array([len(c) for c in candidates])
-    rows = np.repeat(np.arange(len(queries)), counts)
-    tris = np.concatenate([np.asarray(c, dtype=np.int64) for c in candidates])
-    distance = point_triangle_distance(queries[rows], corners[tris])
-    best = bound.copy()
-    np.minimum.at(best, rows, distance)
-    return best
+    reach = np.linalg.norm(corners - centroids[:, None], axis=2).max(axis=1)
+    median = max(float(np.median(reach)), 1e-30)
+    group = np.ceil(np.log2(np.maximum(reach / median, 1.0))).astype(np.int64)
+    groups = []
+    for g in np.unique(group):
+        members = np.flatnonzero(group == g)
+        groups.append((members, cKDTree(centroids[members]), float(reach[members].max())))
+    best = np.empty(len(queries))
+    face = np.empty(len(queries), dtype=np.int64)
+
+    def measure(q: np.ndarray, tris: np.ndarray) -> np.ndarray:
+        d = point_triangle_distance(q, corners[tris])
+        return np.where(np.isnan(d), np.inf, d)  # a degenerate triangle
+
+    def one_chunk(start: int) -> None:
+        q = queries[start : start + chunk]
+        rows = np.arange(len(q))
+        dist, tri = np.full(len(q), np.inf), np.zeros(len(q), dtype=np.int64)
+        bounds = []
+        for members, tree, _ in groups:
+            k = min(neighbours, len(members))
+            centre, index = tree.query(q, k=k)
+            index, centre = members[index.reshape(len(q), k)], centre.reshape(len(q), k)
+            d = measure(np.repeat(q, k, axis=0), index.reshape(-1)).reshape(len(q), k)
+            pick = d.argmin(axis=1)
+            better = d[rows, pick] < dist
+            dist[better], tri[better] = d[rows, pick][better], index[rows, pick][better]
+            bounds.append(centre[:, -1] if k < len(members) else np.full(len(q), np.inf))
+        for (members, tree, r), bound in zip(groups, bounds, strict=True):
+            unsure = np.flatnonzero(dist > bound - r)
+            for part in np.array_split(unsure, max(1, len(unsure) // 4096)):
+                if len(part) == 0:
+                    continue
+                found = tree.query_ball_point(q[part], dist[part] + r + 1e-12)
+                counts = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
+                owner = np.repeat(part, counts)
+                tris = members[np.fromiter(chain.from_iterable(found), np.int64, counts.sum())]
+                d = measure(q[owner], tris)
+                order = np.lexsort((d, owner))  # by owner, nearest first
+                first = order[np.r_[0, np.flatnonzero(np.diff(owner[order])) + 1]]
+                better = d[first] < dist[owner[first]]
+                target = owner[first][better]
+                dist[target], tri[target] = d[first][better], tris[first][better]
+        best[start : start + chunk], face[start : start + chunk] = dist, tri
+
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        list(pool.map(one_chunk, range(0, len(queries), chunk)))
+    return best, face
 
 
-def point_triangle_distance(p: np.ndarray, tri: np.ndarray) -> np.ndarray:
-    """[N] distances from points p [N, 3] to non-degenerate triangles tri [N, 3, 3] (row
-    by row): the closest point by the triangle's Voronoi regions (Ericson, Real-Time
-    Collision Detection, 5.1.5)."""
+def closest_point_triangle(p: np.ndarray, tri: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The closest points [N, 3] of non-degenerate triangles tri [N, 3, 3] to points
+    p [N, 3] (row by row), and where on the triangle they lie [N]: 0 inside the face,
+    1, 2, 3 at corner a, b, c, 4, 5, 6 on edge ab, ac, bc. By the triangle's Voronoi
+    regions (Ericson, Real-Time Collision Detection, 5.1.5)."""
     a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
     ab, ac, ap = b - a, c - a, p - a
 
@@ -191,4 +301,11 @@ def point_triangle_distance(p: np.ndarray, tri: np.ndarray) -> np.ndarray:
     ]
     choices = [a, b, c, edge_ab, edge_ac, edge_bc]
     point = np.select([r[:, None] for r in regions], choices, default=closest)
-    return np.linalg.norm(p - point, axis=1)
+    region = np.select(regions, [1, 2, 3, 4, 5, 6], default=0)
+    return point, region
+
+
+def point_triangle_distance(p: np.ndarray, tri: np.ndarray) -> np.ndarray:
+    """[N] distances from points p [N, 3] to non-degenerate triangles tri [N, 3, 3] (row
+    by row), through `closest_point_triangle`."""
+    return np.linalg.norm(p - closest_point_triangle(p, tri)[0], axis=1)

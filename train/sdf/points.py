@@ -44,16 +44,19 @@ MIN_NORMAL = 1e-12
 
 @dataclass
 class PointCloud:
-    """points: [N, 3], normals: [N, 3] of unit length (float32, same device)."""
+    """points: [N, 3], normals: [N, 3] of unit length (float32, same device; zeros for a
+    file read without its normals). report: how estimated normals were decided, if they
+    were (`normals.estimate_normals`)."""
 
     points: Tensor
     normals: Tensor
+    report: dict[str, float] | None = None
 
     def __len__(self) -> int:
         return self.points.shape[0]
 
     def to(self, device: torch.device) -> PointCloud:
-        return PointCloud(self.points.to(device), self.normals.to(device))
+        return PointCloud(self.points.to(device), self.normals.to(device), self.report)
 
 
 # ---- analytic shapes --------------------------------------------------------------------
@@ -137,25 +140,35 @@ def _box(half: list[float], n: int, gen: torch.Generator) -> tuple[Tensor, Tenso
 # ---- files ----------------------------------------------------------------------------------
 
 
-def read_point_cloud(path: str | Path, key: str = KEY) -> PointCloud:
+def read_point_cloud(path: str | Path, key: str = KEY, normals: bool = True) -> PointCloud:
     """The oriented point cloud in `path` (.npy, .xyz or .ply; see the module docstring).
+    normals=False: the points alone (3 or 6 columns, any normals ignored; the cloud's
+    normals are zeros, to be estimated).
 
     Raises InputFileError naming the file and `key` when it is missing, unreadable or
-    not an oriented point cloud."""
+    not an oriented point cloud (normals=False: not a point cloud)."""
     file = Path(path)
     suffix = file.suffix.lower()
     if suffix == ".npy":
         array = read_input(file, lambda f: np.load(f, allow_pickle=False), ".npy array", key=key)
-        rows = _npy_rows(file, array, key)
+        rows = _npy_rows(file, array, key, normals)
     elif suffix == ".xyz":
-        rows = _xyz_rows(file, read_input(file, Path.read_bytes, ".xyz file", key=key), key)
+        data = read_input(file, Path.read_bytes, ".xyz file", key=key)
+        rows = _xyz_rows(file, data, key, normals)
     elif suffix == ".ply":
-        rows = _ply_rows(file, key)
+        rows = _ply_rows(file, key, normals)
     else:
         raise InputFileError(
             file, f"unknown point-cloud format {suffix!r}; expected .npy, .xyz or .ply", key=key
         )
-    return _oriented(file, rows, key)
+    if not normals:
+        rows = np.concatenate([rows[:, :3], np.ones((len(rows), 3))], axis=1)
+    cloud = _oriented(file, rows, key)
+    return cloud if normals else PointCloud(cloud.points, torch.zeros_like(cloud.points))
+
+
+#: How a refusal of points without normals ends.
+ESTIMATE = '; or set points.normals = "estimate" to estimate them'
 
 
 def _oriented(file: Path, rows: np.ndarray, key: str) -> PointCloud:
@@ -185,28 +198,37 @@ def _oriented(file: Path, rows: np.ndarray, key: str) -> PointCloud:
     return PointCloud(points, normals)
 
 
-def _npy_rows(file: Path, array: np.ndarray, key: str) -> np.ndarray:
+def _npy_rows(file: Path, array: np.ndarray, key: str, normals: bool) -> np.ndarray:
+    """[N, 6] rows ([N, 3] without `normals`) of a .npy array."""
+    fields = FIELDS if normals else FIELDS[:3]
     if array.dtype.names is not None:  # structured: pick the fields by name
-        missing = [f for f in FIELDS if f not in array.dtype.names]
+        missing = [f for f in fields if f not in array.dtype.names]
         if missing:
             raise InputFileError(
                 file,
                 f"structured array without the field(s) {', '.join(missing)} (it has "
                 f"{', '.join(array.dtype.names)}); expected x, y, z, nx, ny, nz"
-                + ("; the normals are missing" if set(missing) & {"nx", "ny", "nz"} else ""),
+                + (
+                    "; the normals are missing" + ESTIMATE
+                    if set(missing) <= {"nx", "ny", "nz"}
+                    else ""
+                ),
                 key=key,
             )
         try:
-            return np.stack([array[f].astype(np.float64) for f in FIELDS], axis=1).reshape(-1, 6)
+            columns = [array[f].astype(np.float64) for f in fields]
+            return np.stack(columns, axis=1).reshape(-1, len(fields))
         except (TypeError, ValueError) as error:
             raise InputFileError(file, f"non-numeric fields ({error})", key=key) from None
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise InputFileError(file, f"expected a numeric array, got dtype {array.dtype}", key=key)
     if array.ndim == 2 and array.shape[1] == 3:
+        if not normals:
+            return array.astype(np.float64)
         raise InputFileError(
             file,
             f"shape {list(array.shape)}: points without normals; expected [N, 6] "
-            f"(x, y, z, nx, ny, nz per row)",
+            f"(x, y, z, nx, ny, nz per row){ESTIMATE}",
             key=key,
         )
     if array.ndim != 2 or array.shape[1] != 6:
@@ -219,7 +241,8 @@ def _npy_rows(file: Path, array: np.ndarray, key: str) -> np.ndarray:
     return array.astype(np.float64)
 
 
-def _xyz_rows(file: Path, data: bytes, key: str) -> np.ndarray:
+def _xyz_rows(file: Path, data: bytes, key: str, normals: bool) -> np.ndarray:
+    """[N, 6] rows ([N, 3] or [N, 6] without `normals`) of an .xyz file."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -232,10 +255,15 @@ def _xyz_rows(file: Path, data: bytes, key: str) -> np.ndarray:
         if not line or line.startswith("#"):
             continue
         parts = re.split(r"[\s,]+", line)
-        if len(parts) != 6:
+        if not normals and len(parts) in (3, 6):
+            parts = parts[:3]
+        elif len(parts) != 6:
             what = "points without normals" if len(parts) == 3 else f"{len(parts)} values"
+            hint = ESTIMATE if len(parts) == 3 else ""
             raise InputFileError(
-                file, f"line {number}: {what}; expected 6 values, x y z nx ny nz", key=key
+                file,
+                f"line {number}: {what}; expected 6 values, x y z nx ny nz{hint}",
+                key=key,
             )
         try:
             rows.append([float(v) for v in parts])
@@ -243,13 +271,13 @@ def _xyz_rows(file: Path, data: bytes, key: str) -> np.ndarray:
             raise InputFileError(
                 file, f"line {number}: not a number in {line[:60]!r}", key=key
             ) from None
-    return np.array(rows, dtype=np.float64).reshape(-1, 6)
+    return np.array(rows, dtype=np.float64).reshape(-1, 6 if normals else 3)
 
 
 # ---- PLY ------------------------------------------------------------------------------------
 
 
-def _ply_rows(file: Path, key: str) -> np.ndarray:
+def _ply_rows(file: Path, key: str, normals: bool) -> np.ndarray:
     """The vertex element's x, y, z, nx, ny, nz, read with plyfile (ascii and binary of
     either byte order; any scalar types; other elements and properties ignored)."""
     import plyfile  # optional: checked at start-up (train/dependencies.py)
@@ -261,17 +289,20 @@ def _ply_rows(file: Path, key: str) -> np.ndarray:
             file, f"no 'vertex' element (it has: {', '.join(names) or 'none'})", key=key
         )
     vertex = ply["vertex"].data
-    missing = [f for f in FIELDS if f not in (vertex.dtype.names or ())]
+    fields = FIELDS if normals else FIELDS[:3]
+    missing = [f for f in fields if f not in (vertex.dtype.names or ())]
     if missing:
-        normals = " (the points have no normals)" if set(missing) & {"nx", "ny", "nz"} else ""
+        no_normals = set(missing) <= {"nx", "ny", "nz"}
         raise InputFileError(
             file,
-            f"the vertex element lacks the properties {', '.join(missing)}{normals}; "
-            f"expected x, y, z, nx, ny, nz",
+            f"the vertex element lacks the properties {', '.join(missing)}"
+            f"{' (the points have no normals)' if no_normals else ''}; "
+            f"expected x, y, z, nx, ny, nz{ESTIMATE if no_normals else ''}",
             key=key,
         )
     try:
-        return np.stack([vertex[f].astype(np.float64) for f in FIELDS], axis=1).reshape(-1, 6)
+        columns = [vertex[f].astype(np.float64) for f in fields]
+        return np.stack(columns, axis=1).reshape(-1, len(fields))
     except (TypeError, ValueError) as error:  # a list property named x, say
         raise InputFileError(file, f"non-numeric vertex properties ({error})", key=key) from None
 

@@ -1,0 +1,363 @@
+"""S1: surfaces from oriented points, side by side: our fit (the sdf experiment), Open3D's
+screened Poisson reconstruction on the same points, and the exact-SDF limit of a grid of
+the same resolution, all scored the same way against the true mesh.
+
+    python bench/bench_sdf.py [--device cpu|cuda] [--resolutions 128] [--json PATH]
+        [--scans bunny,armadillo,dragon | none] [--scans-from PATH] [--shapes torus,box]
+        [--variants clean,noisy,uneven,holes,estimated] [--methods ours,poisson,limit]
+        [--points 100000] [--config PATH] [--set key=value ...]
+
+Inputs (bench/sdf_inputs.py): real scanned meshes from Debian's libcgal-demo package
+(found where `apt-get install libcgal-demo` puts them, or --scans-from; a missing one
+stops the bench, naming where it looked) and the synthetic shapes, each normalised into
+[-1, 1]^3 (box size 2). On each, 100k points uniform by area with their face normals
+(seeded), and the variants: noisy (0.2% of the box, 5 degrees), uneven (30% of the
+surface keeps a tenth of its points), holes (three holes of radius 5% of the box),
+estimated (the same points without normals: the fit estimates them, points.normals).
+
+Methods, one row each, scored by train/sdf/scoring.py (exact point-to-triangle distances
+between 100k area samples of each mesh and the other: Chamfer-L1 over the box size,
+normal consistency, F-score at 0.5% of the box, components, debris faces):
+
+    ours     `python -m train` on the points: on the CPU configs/sdf_scan.toml (128^3;
+             64 with --resolutions 64: a shorter schedule), on CUDA
+             configs/sdf_scan_gpu.toml (256^3; 512 with the overrides of RESOLUTION_SETS);
+             its training time is measured (train_seconds of summary.json)
+    poisson  Open3D's screened Poisson reconstruction (depth --poisson-depth, 9), an
+             optional bench dependency (`pip install open3d`); absent, the rows say so
+    limit    marching cubes on the exact SDF of the true mesh sampled on the same grid
+             (train/sdf/mesh_sdf.py; analytic for the shapes): the best a dense grid of
+             that resolution can do (clean input only: it does not read the points)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from sdf_inputs import (  # noqa: E402
+    BOX,
+    BOX_SIZE,
+    SCANS,
+    SHAPES,
+    VARIANTS,
+    MissingInput,
+    load_scan,
+    oriented_points,
+    shape_mesh,
+    variant,
+)
+
+from grid.voxel_grid import VoxelGrid  # noqa: E402
+from train.config import load_config  # noqa: E402
+from train.sdf.mesh import Mesh, zero_level_set  # noqa: E402
+from train.sdf.mesh_sdf import grid_sdf  # noqa: E402
+from train.sdf.scoring import face_components, score_mesh  # noqa: E402
+from train.shapes import Box, Sphere, Torus  # noqa: E402
+
+#: The config of our fit per device, and the overrides for each resolution it runs at.
+CONFIGS = {"cpu": ROOT / "configs/sdf_scan.toml", "cuda": ROOT / "configs/sdf_scan_gpu.toml"}
+RESOLUTION_SETS: dict[int, list[str]] = {
+    64: ["train.upsample_resolutions=[48, 64]", "train.steps=600"],
+    128: [],
+    256: [],
+    512: ["train.upsample_resolutions=[64, 128, 256, 512]"],
+}
+
+
+def fit_ours(
+    points: np.ndarray,
+    normals: np.ndarray | None,
+    resolution: int | None,
+    device: str,
+    config: Path,
+    sets: list[str],
+    work: Path,
+) -> tuple[Mesh, dict[str, Any]]:
+    """Our fit of the points (normals None: estimated by the fit) at `resolution`: its
+    mesh and summary.json (train_seconds, seconds)."""
+    from train.loop import run
+
+    columns = points if normals is None else np.concatenate([points, normals], axis=1)
+    np.save(work / "points.npy", columns.astype(np.float32))
+    overrides = [
+        "points.kind=file",
+        f"points.path={work / 'points.npy'}",
+        f"device={device}",
+        "output.progress=false",
+        "output.pictures=false",
+        *RESOLUTION_SETS.get(resolution, []),
+        *(["points.normals=estimate"] if normals is None else []),
+        *sets,
+    ]
+    cfg = load_config(config, overrides)
+    final = cfg.train.upsample_resolutions[-1] if cfg.train.upsample_resolutions else None
+    final = final or cfg.grid.resolution
+    if resolution is not None and final != resolution:
+        raise SystemExit(
+            f"bench_sdf: {config.name} with {RESOLUTION_SETS.get(resolution, [])} ends at "
+            f"{final}, not {resolution}: give --set train.upsample_resolutions=..."
+        )
+    start = time.perf_counter()
+    summary = run(cfg, work / "run", overwrite=True)
+    summary["command_seconds"] = time.perf_counter() - start
+    return read_ply_mesh(work / "run" / "mesh.ply"), summary
+
+
+def read_ply_mesh(path: Path) -> Mesh:
+    import plyfile
+
+    ply = plyfile.PlyData.read(str(path))
+    v = ply["vertex"].data
+    vertices = np.stack([v["x"], v["y"], v["z"]], axis=1).astype(np.float64)
+    faces = np.stack(ply["face"].data["vertex_indices"]).astype(np.int64).reshape(-1, 3)
+    return Mesh(vertices, faces, np.zeros_like(vertices))
+
+
+def poisson(points: np.ndarray, normals: np.ndarray, depth: int) -> tuple[Mesh, float]:
+    """Open3D's screened Poisson reconstruction (no density trimming): (mesh, seconds)."""
+    import open3d as o3d
+
+    cloud = o3d.geometry.PointCloud()
+    cloud.points = o3d.utility.Vector3dVector(points.astype(np.float64))
+    cloud.normals = o3d.utility.Vector3dVector(normals.astype(np.float64))
+    start = time.perf_counter()
+    mesh, _ = o3d.geometry.TriangleMesh.create_from_point_cloud_poisson(cloud, depth=depth)
+    seconds = time.perf_counter() - start
+    vertices = np.asarray(mesh.vertices, dtype=np.float64)
+    return Mesh(vertices, np.asarray(mesh.triangles, dtype=np.int64), vertices * 0), seconds
+
+
+def limit(name: str, truth: Mesh, resolution: int) -> tuple[Mesh, float]:
+    """Marching cubes on the exact SDF on the grid (analytic for a shape): (mesh, s)."""
+    start = time.perf_counter()
+    model = VoxelGrid(resolution, 1, BOX, init="zeros")
+    if name in SHAPES:
+        lin = torch.linspace(-1, 1, resolution, dtype=torch.float64)
+        nodes = torch.stack(torch.meshgrid(lin, lin, lin, indexing="ij"), dim=-1)
+        shape = {
+            "torus": Torus(0.55, 0.2, [0.0, 0.0, 0.0]),
+            "sphere": Sphere(0.6, [0.0, 0.0, 0.0]),
+            "box": Box([0.5, 0.35, 0.25], [0.0, 0.0, 0.0]),
+        }[name]
+        values = torch.cat([shape(x) for x in nodes.reshape(-1, 3).split(1 << 20)])
+    else:
+        values = torch.from_numpy(grid_sdf(truth, BOX, (resolution,) * 3))
+    with torch.no_grad():
+        model.features.copy_(values.reshape(model.features.shape))
+    return zero_level_set(model, "linear"), time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--resolutions", default=None, help="default: 128 (cpu), 256 (cuda)")
+    parser.add_argument("--scans", default=",".join(SCANS), help="names or .off paths; none")
+    parser.add_argument("--scans-from", default=None, help="CGAL data archive or folder")
+    parser.add_argument("--shapes", default="torus,box", help="of torus, sphere, box; none")
+    parser.add_argument("--variants", default="clean", help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--methods", default="ours,poisson,limit")
+    parser.add_argument("--points", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=100_000, help="area samples per mesh")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--poisson-depth", type=int, default=9)
+    parser.add_argument("--config", type=Path, default=None, help="our fit's config")
+    parser.add_argument("--set", action="append", default=[], help="override of our config")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="keep run folders here")
+    args = parser.parse_args(argv)
+    resolutions = [
+        int(r) for r in (args.resolutions or {"cpu": "128", "cuda": "256"}[args.device]).split(",")
+    ]
+    methods = args.methods.split(",")
+    variants = args.variants.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            parser.error(f"--variants: unknown {v!r}; expected of {', '.join(VARIANTS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch.cuda.is_available() is False")
+    config = args.config or CONFIGS[args.device]
+    have_poisson = True
+    if "poisson" in methods:
+        try:
+            import open3d  # noqa: F401
+        except ImportError as error:
+            have_poisson = False
+            print(
+                f"bench_sdf: Open3D is not importable ({error}); no Poisson rows "
+                f"(pip install open3d; its wheel needs libusb-1.0-0)",
+                file=sys.stderr,
+            )
+    inputs: list[tuple[str, Mesh]] = []
+    names = [] if args.scans == "none" else args.scans.split(",")
+    try:
+        for name in names:
+            inputs.append(
+                (
+                    Path(name).stem if name.endswith(".off") else name,
+                    load_scan(name, args.scans_from),
+                )
+            )
+    except MissingInput as error:
+        print(f"bench_sdf: {error}", file=sys.stderr)
+        return 2
+    inputs += [
+        (s, shape_mesh(s, 256)) for s in ([] if args.shapes == "none" else args.shapes.split(","))
+    ]
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep or Path(tmp)
+        for name, truth in inputs:
+            true_count = len(face_components(truth.faces, len(truth.vertices))[1])
+            clean = oriented_points(truth, args.points, args.seed)
+            for res in resolutions:
+                if "limit" in methods:
+                    mesh, seconds = limit(name, truth, res)
+                    rows.append(
+                        record(
+                            name,
+                            "clean",
+                            res,
+                            "limit",
+                            mesh,
+                            truth,
+                            true_count,
+                            args,
+                            seconds=seconds,
+                        )
+                    )
+                    print(line(rows[-1]), flush=True)
+                for var in variants:
+                    points, normals = variant(*clean, var, args.seed + 1)
+                    if (
+                        "poisson" in methods
+                        and have_poisson
+                        and var != "estimated"
+                        and res == resolutions[0]
+                    ):
+                        mesh, seconds = poisson(points, normals, args.poisson_depth)
+                        rows.append(
+                            record(
+                                name,
+                                var,
+                                None,
+                                f"poisson d{args.poisson_depth}",
+                                mesh,
+                                truth,
+                                true_count,
+                                args,
+                                seconds=seconds,
+                            )
+                        )
+                        print(line(rows[-1]), flush=True)
+                    if "ours" in methods:
+                        work = root / f"{name}_{var}_{res}"
+                        work.mkdir(parents=True, exist_ok=True)
+                        given = None if var == "estimated" else normals
+                        mesh, summary = fit_ours(
+                            points, given, res, args.device, config, args.set, work
+                        )
+                        rows.append(
+                            record(
+                                name,
+                                var,
+                                res,
+                                "ours",
+                                mesh,
+                                truth,
+                                true_count,
+                                args,
+                                seconds=summary["command_seconds"],
+                                train_seconds=summary["train_seconds"],
+                                extra={
+                                    k: summary.get(k) for k in ("normals_error", "normals_flipped")
+                                },
+                            )
+                        )
+                        print(line(rows[-1]), flush=True)
+    print()
+    print(table(rows))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"device": args.device, "config": str(config), "sets": args.set, "rows": rows},
+                indent=2,
+            )
+            + "\n"
+        )
+    return 0
+
+
+def record(
+    name,
+    var,
+    res,
+    method,
+    mesh,
+    truth,
+    true_count,
+    args,
+    seconds=None,
+    train_seconds=None,
+    extra=None,
+) -> dict[str, Any]:
+    scores = score_mesh(
+        mesh, truth, BOX_SIZE, samples=args.samples, seed=args.seed, true_components=true_count
+    )
+    return {
+        "input": name,
+        "variant": var,
+        "resolution": res,
+        "method": method,
+        **scores,
+        "seconds": seconds,
+        "train_seconds": train_seconds,
+        **(extra or {}),
+    }
+
+
+def _f(value: Any, form: str) -> str:
+    return "-" if value is None else format(value, form)
+
+
+def line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['input']:>10} {r['variant']:>9} {str(r['resolution'] or '-'):>4} {r['method']:>10}  "
+        f"chamfer {_f(r['chamfer'], '.2e')}  nc {_f(r['normal_consistency'], '.4f')}  "
+        f"F {_f(r['fscore'], '.4f')}  comps {r['components']}  debris {r['debris_faces']}  "
+        f"train {_f(r['train_seconds'], '.1f')} s  total {_f(r['seconds'], '.1f')} s"
+    )
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = [
+        "| input | variant | grid | method | Chamfer (box) | normal consistency | F-score (0.5%) "
+        "| components (true) | debris faces | training s | total s |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['input']} | {r['variant']} | {r['resolution'] or '-'} | {r['method']} | "
+            f"{_f(r['chamfer'], '.2e')} | {_f(r['normal_consistency'], '.4f')} | "
+            f"{_f(r['fscore'], '.4f')} | {r['components']} ({r['true_components']}) | "
+            f"{r['debris_faces']} | {_f(r['train_seconds'], '.1f')} | {_f(r['seconds'], '.1f')} |"
+        )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""The sdf experiment on scans: nearest neighbours, estimated normals, the winding-number
+start, the smoothness term, the debris filter, the scores and the exact-SDF limit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from train.__main__ import main
+from train.config import ConfigError, load_config
+from train.sdf.points import sample_surface
+
+from .test_sdf import SHORT
+from .test_train import one_line_error, sets
+
+TORUS = {"major_radius": 0.55, "minor_radius": 0.2, "center": [0.1, 0.0, 0.0]}
+
+
+def uv_sphere(radius: float, n: int = 48, center=(0.0, 0.0, 0.0)):
+    """A closed UV sphere mesh (train.sdf.mesh.Mesh) of 2n x n quads."""
+    from train.sdf.mesh import Mesh
+
+    u = np.linspace(0, 2 * math.pi, 2 * n, endpoint=False)
+    v = np.linspace(0, math.pi, n + 1)[1:-1]
+    uu, vv = np.meshgrid(u, v, indexing="ij")
+    ring = np.stack([np.sin(vv) * np.cos(uu), np.sin(vv) * np.sin(uu), np.cos(vv)], -1)
+    vertices = radius * np.concatenate([ring.reshape(-1, 3), [[0, 0, 1], [0, 0, -1]]])
+    m = n - 1
+    faces = []
+    for i in range(2 * n):
+        i2 = (i + 1) % (2 * n)
+        for j in range(m - 1):
+            a, b, c, d = i * m + j + 1, i2 * m + j + 1, i2 * m + j, i * m + j
+            faces += [[a, b, c], [a, c, d]]
+        faces += [[2 * n * m, i * m, i2 * m], [2 * n * m + 1, i2 * m + m - 1, i * m + m - 1]]
+    vertices = vertices + np.array(center)
+    return Mesh(vertices, np.array(faces), np.zeros_like(vertices))
+
+
+# ---- neighbours and normals ---------------------------------------------------------------
+
+
+def test_hash_knn_is_exact_on_uneven_clouds():
+    from train.sdf.neighbours import hash_knn
+
+    gen = torch.Generator().manual_seed(0)
+    dense = sample_surface("torus", TORUS, 3000, gen).points
+    sparse = dense[dense[:, 0] > 0.3][::10]  # a tenth of the density on one side
+    points = torch.cat([dense[dense[:, 0] <= 0.3], sparse])
+    index, distance = hash_knn(points, 8)
+    exact = torch.cdist(points, points, compute_mode="donot_use_mm_for_euclid_dist")
+    brute, _ = exact.topk(9, largest=False)
+    torch.testing.assert_close(distance, brute[:, 1:], rtol=0, atol=1e-6)
+    assert not (index == torch.arange(len(points))[:, None]).any()
+
+
+@pytest.mark.parametrize("kind", ["sphere", "torus"])
+def test_estimated_normals_are_accurate_and_outward(kind):
+    from train.sdf.normals import estimate_normals, normal_agreement
+
+    params = {"radius": 0.6, "center": [0.0, 0.1, 0.0]} if kind == "sphere" else TORUS
+    cloud = sample_surface(kind, params, 20000, torch.Generator().manual_seed(1))
+    normals, report = estimate_normals(cloud.points, [[-1, -1, -1], [1, 1, 1]], k=16)
+    agreement = normal_agreement(normals, cloud.normals)
+    # measured: sphere 0.37 degrees, torus 1.03 degrees, none flipped; 98% from outside
+    assert agreement["normals_flipped"] == 0, (agreement, report)
+    assert agreement["normals_error"] < 3, agreement
+    assert report["oriented_from_outside"] > 0.9, report
+
+
+def test_a_cloud_without_normals_needs_the_option_then_runs(tmp_path, capsys):
+    cloud = sample_surface(
+        "sphere", {"radius": 0.5, "center": [0, 0, 0]}, 3000, torch.Generator().manual_seed(0)
+    )
+    path = tmp_path / "points.xyz"
+    path.write_text("".join(f"{x} {y} {z}\n" for x, y, z in cloud.points.tolist()))
+    args = [*SHORT, "points.kind=file", f"points.path={path}"]
+    args = [a for a in args if not a.startswith("points.count")]
+    assert main(["--out", str(tmp_path / "a"), *sets(*args)]) == 2
+    err = one_line_error(capsys)
+    assert "points without normals" in err and 'points.normals = "estimate"' in err, err
+    args = [*args, "points.normals=estimate", "output.progress=true"]
+    assert main(["--out", str(tmp_path / "b"), *sets(*args)]) == 0
+    assert 'points.normals = "estimate": 3000 normals' in capsys.readouterr().err
+
+
+# ---- the start and the smoothness term ----------------------------------------------------
+
+
+def test_winding_numbers_are_one_inside_and_zero_outside():
+    from train.sdf.fields import point_areas, winding_numbers
+
+    cloud = sample_surface("torus", TORUS, 8000, torch.Generator().manual_seed(2))
+    areas = point_areas(cloud.points)
+    true_area = 4 * math.pi**2 * 0.55 * 0.2
+    assert areas.sum().item() == pytest.approx(true_area, rel=0.15)
+    queries = torch.tensor([[0.65, 0.0, 0.0], [0.1, 0.0, 0.0], [0.1, 0.0, 0.6], [0.9, 0.9, 0.9]])
+    w = winding_numbers(queries, cloud.points, cloud.normals, areas)
+    torch.testing.assert_close(w, torch.tensor([1.0, 0.0, 0.0, 0.0]), atol=0.05, rtol=0)
+
+
+def test_laplacian_energy_gradient_and_scale():
+    from train.sdf.fields import laplacian_energy
+
+    torch.manual_seed(0)
+    f = torch.randn(5, 6, 7, 1, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: laplacian_energy(x, 0.3, 0.5), (f,), atol=1e-6)
+    energies = []
+    for n in (17, 33):
+        lin = torch.linspace(-1, 1, n, dtype=torch.float64)
+        x = torch.stack(torch.meshgrid(lin, lin, lin, indexing="ij"), -1)
+        plane = (x @ torch.tensor([0.3, 0.5, -0.2], dtype=torch.float64))[..., None]
+        assert laplacian_energy(plane, 1.0, 2 / (n - 1)).item() < 1e-20
+        quadratic = (x[..., 0] ** 2 + 0.5 * x[..., 1] ** 2)[..., None]  # Laplacian 3
+        interior = ((n - 2) / n) ** 3
+        energies.append(laplacian_energy(quadratic, 1.0, 2 / (n - 1)).item() / interior)
+    assert energies == pytest.approx([9.0, 9.0], rel=1e-6)  # the same at every resolution
+
+
+# ---- the mesh: debris filter, scores, the limit -------------------------------------------
+
+
+def test_unsupported_components_are_removed():
+    from grid import VoxelGrid
+    from train.sdf.mesh import face_components, supported_components, zero_level_set
+
+    n = 33
+    lin = torch.linspace(-1, 1, n)
+    x = torch.stack(torch.meshgrid(lin, lin, lin, indexing="ij"), -1)
+    sphere = x.norm(dim=-1) - 0.5
+    blob = (x - torch.tensor([0.8, 0.8, 0.8])).norm(dim=-1) - 0.1  # a spurious piece
+    model = VoxelGrid(n, 1, init="zeros")
+    with torch.no_grad():
+        model.features.copy_(torch.minimum(sphere, blob)[..., None])
+    mesh = zero_level_set(model, "linear")
+    assert len(face_components(mesh.faces, len(mesh.vertices))[1]) == 2
+    points = (
+        sample_surface(
+            "sphere", {"radius": 0.5, "center": [0, 0, 0]}, 4000, torch.Generator().manual_seed(0)
+        )
+        .points.double()
+        .numpy()
+    )
+    kept, components, faces = supported_components(mesh, points, 2 / (n - 1), 0.5)
+    assert components == 1 and faces > 0
+    assert len(face_components(kept.faces, len(kept.vertices))[1]) == 1
+    assert np.abs(np.linalg.norm(kept.vertices, axis=1) - 0.5).max() < 0.02
+
+
+def test_scores_of_two_concentric_spheres():
+    from train.sdf.scoring import score_mesh
+
+    inner, outer = uv_sphere(0.5), uv_sphere(0.52)
+    s = score_mesh(outer, inner, box_size=2.0, samples=4000)
+    assert s["chamfer"] == pytest.approx(0.02 / 2, rel=0.05)
+    assert s["normal_consistency"] > 0.999
+    assert s["fscore"] == 0  # 0.02 apart, tau = 0.5% of 2 = 0.01
+    assert s["components"] == 1 and s["debris_faces"] == 0
+    assert score_mesh(inner, inner, box_size=2.0, samples=4000)["chamfer"] < 1e-12
+    assert score_mesh(outer, inner, 2.0, samples=4000, tau=0.015)["fscore"] == 1
+    # a second, separate sphere in the reconstruction is debris: its faces counted
+    two = uv_sphere(0.1, n=8, center=(0.8, 0.8, 0.8))
+    both = type(outer)(
+        np.concatenate([outer.vertices, two.vertices]),
+        np.concatenate([outer.faces, two.faces + len(outer.vertices)]),
+        np.zeros((len(outer.vertices) + len(two.vertices), 3)),
+    )
+    s = score_mesh(both, inner, box_size=2.0, samples=4000)
+    assert s["components"] == 2 and s["debris_faces"] == len(two.faces)
+
+
+def test_the_exact_grid_sdf_of_a_mesh():
+    from train.sdf.mesh_sdf import grid_sdf
+    from train.shapes import Sphere
+
+    mesh = uv_sphere(0.6, n=64)
+    n = 24
+    values = grid_sdf(mesh, [[-1, -1, -1], [1, 1, 1]], (n, n, n), band=1.5)
+    lin = torch.linspace(-1, 1, n, dtype=torch.float64)
+    x = torch.stack(torch.meshgrid(lin, lin, lin, indexing="ij"), -1)
+    exact = Sphere(0.6, [0, 0, 0])(x).double().numpy()
+    voxel = 2 / (n - 1)
+    band = np.abs(exact) < 1.4 * voxel
+    assert np.abs(values[band] - exact[band]).max() < 2e-3  # the mesh is a polyhedron
+    assert (np.sign(values) == np.sign(exact)).all()  # the sign everywhere
+
+
+# ---- config errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("points.normals=guess", "points.normals"),
+        ("points.normal_neighbours=2", "points.normal_neighbours"),
+        ("sdf.smooth_weight=-1", "sdf.smooth_weight"),
+        ("sdf.band_fraction=1.5", "sdf.band_fraction"),
+        ("sdf.band_width=0", "sdf.band_width"),
+        ("sdf.init_sign=guess", "sdf.init_sign"),
+        ("sdf.keep=some", "sdf.keep"),
+        ("sdf.support_distance=0", "sdf.support_distance"),
+        ("sdf.support_share=2", "sdf.support_share"),
+        ("sdf.lr_scale=some", "sdf.lr_scale"),
+        ("sdf.smoth_weight=1", "sdf.smoth_weight"),
+    ],
+)
+def test_new_keys_are_checked_and_named(override, key):
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["experiment=sdf", override])
+    assert str(error.value).startswith(f"{key}:"), error.value
+
+
+def test_the_sdf_table_is_refused_by_other_experiments():
+    with pytest.raises(ConfigError, match="^sdf: not read by experiment = 'field'"):
+        load_config(None, ["experiment=field", "sdf.keep=supported"])

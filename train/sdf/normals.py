@@ -1,0 +1,174 @@
+"""Normals for points that have none (`points.normals = "estimate"`): local PCA over the
+k nearest neighbours, then one consistent orientation, outwards.
+
+1. Direction: the eigenvector of the smallest eigenvalue of the covariance of each point
+   and its `k` nearest neighbours (`neighbours.knn`): the normal of the plane that fits
+   them best, up to sign.
+2. Orientation from outside: every point is splatted into a grid over the box as a cube
+   of about its k-th neighbour distance (so sparse regions still make a closed shell),
+   and the empty cells reachable from the box's boundary without crossing the shell are
+   outside (`outside_cells`, a 6-connected flood fill). A normal is turned to the side
+   that is more outside, a shell's thickness away from its point.
+3. Propagation: the points this cannot decide (both sides outside: thin parts, a hole
+   that let the outside in) take the orientation their neighbours vote for (each
+   neighbour's vote weighted by |n_i . n_j|), repeated until nothing changes; whatever
+   no decided point reaches is turned away from the cloud's centroid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .neighbours import knn
+
+#: The orientation grid has at most this many cells per axis.
+MAX_CELLS = 160
+#: Propagation sweeps at most.
+SWEEPS = 500
+
+
+def pca_normals(points: Tensor, index: Tensor) -> Tensor:
+    """[N, 3] unit normals (unoriented): the least-variance direction of each point and
+    its neighbours `index` [N, k]."""
+    group = torch.cat([points[:, None], points[index]], dim=1)  # [N, k + 1, 3]
+    centred = group - group.mean(dim=1, keepdim=True)
+    covariance = centred.transpose(1, 2) @ centred  # [N, 3, 3]
+    _, vectors = torch.linalg.eigh(covariance.double())  # ascending eigenvalues
+    return vectors[:, :, 0].float()
+
+
+def outside_cells(
+    points: Tensor, radius: Tensor, lo: Tensor, cell: float, size: tuple[int, int, int]
+) -> tuple[Tensor, Tensor]:
+    """(occupied, outside): [X, Y, Z] bool grids of cells of side `cell` from `lo`.
+    occupied: the cells within a cube of `radius` [N] of a point; outside: the free cells
+    connected (6-neighbours) to the grid's boundary through free cells."""
+    device = points.device
+    occupied = torch.zeros(size, dtype=torch.bool, device=device)
+    limit = torch.tensor(size, device=device) - 1
+    cells = ((points - lo) / cell).round().long().clamp(min=torch.zeros_like(limit), max=limit)
+    reach = (radius / cell).ceil().long().clamp(1, 8)
+    for r in reach.unique().tolist():
+        seeds = torch.zeros(size, device=device)
+        at = cells[reach == r]
+        seeds[at[:, 0], at[:, 1], at[:, 2]] = 1
+        grown = seeds[None, None]
+        for kernel in ((2 * r + 1, 1, 1), (1, 2 * r + 1, 1), (1, 1, 2 * r + 1)):  # separable
+            pad = tuple(w // 2 for w in kernel)
+            grown = F.max_pool3d(grown, kernel, stride=1, padding=pad)
+        grown = grown[0, 0]
+        occupied |= grown > 0
+    free = ~occupied
+    outside = torch.zeros_like(occupied)
+    for axis in range(3):  # the boundary's free cells
+        for end in (0, -1):
+            face = [slice(None)] * 3
+            face[axis] = end
+            outside[tuple(face)] = free[tuple(face)]
+    while True:  # sweeps along each axis: a run of free cells is outside if one of its cells is
+        before = int(outside.sum())
+        for axis in range(3):
+            outside = _spread_runs(outside, occupied, axis)
+        if int(outside.sum()) == before:
+            return occupied, outside
+
+
+def _spread_runs(outside: Tensor, occupied: Tensor, axis: int) -> Tensor:
+    """Along `axis`, every run of free cells (between occupied ones) holding an outside
+    cell becomes outside."""
+    o = outside.movedim(axis, -1)
+    blocked = occupied.movedim(axis, -1)
+    shape = o.shape
+    o, blocked = o.reshape(-1, shape[-1]), blocked.reshape(-1, shape[-1])
+    run = torch.cumsum(blocked, dim=1) + torch.arange(len(o), device=o.device)[:, None] * (
+        shape[-1] + 1
+    )
+    run = run.reshape(-1)
+    hit = torch.zeros(int(run.max()) + 1, dtype=torch.float32, device=o.device)
+    hit.scatter_reduce_(0, run, o.reshape(-1).float(), "amax")
+    spread = (hit[run] > 0).reshape(o.shape) & ~blocked
+    return spread.reshape(shape).movedim(-1, axis)
+
+
+def _lookup(grid: Tensor, x: Tensor, lo: Tensor, cell: float) -> Tensor:
+    """Trilinear value of a [X, Y, Z] grid of cell centres at `lo + i * cell` at x [N, 3]
+    (clamped to the grid)."""
+    size = torch.tensor(grid.shape, device=x.device)
+    u = ((x - lo) / cell).clamp(min=torch.zeros(3, device=x.device), max=(size - 1).float())
+    base = u.floor().long().clamp(max=size - 2)
+    t = u - base
+    out = torch.zeros(x.shape[0], device=x.device)
+    for corner in range(8):
+        o = torch.tensor([(corner >> 2) & 1, (corner >> 1) & 1, corner & 1], device=x.device)
+        w = torch.where(o.bool(), t, 1 - t).prod(dim=1)
+        i = base + o
+        out += w * grid[i[:, 0], i[:, 1], i[:, 2]].float()
+    return out
+
+
+def estimate_normals(
+    points: Tensor, bounds: list[list[float]], k: int = 16
+) -> tuple[Tensor, dict[str, float]]:
+    """Unit outward normals [N, 3] for points [N, 3] (module docstring), and how they were
+    decided: the shares of points oriented from outside, by their neighbours, and by the
+    centroid (fallback)."""
+    device = points.device
+    index, distance = knn(points, k)
+    normals = pca_normals(points, index)
+    # orientation from outside
+    lo = torch.tensor(bounds[0], device=device)
+    hi = torch.tensor(bounds[1], device=device)
+    radius = distance[:, -1].clamp(max=(hi - lo).max().item() / 8)
+    cell = max(radius.median().item() / 1.5, (hi - lo).max().item() / MAX_CELLS)
+    margin = 2 * radius.max().item() + 2 * cell  # room outside the cloud's shell
+    lo, hi = lo - margin, hi + margin
+    size = tuple(int(math.ceil(v / cell)) + 1 for v in (hi - lo).tolist())
+    _, outside = outside_cells(points, radius, lo, cell, size)
+    step = (radius + 3 * cell)[:, None] * normals
+    front = _lookup(outside, points + step, lo, cell)
+    back = _lookup(outside, points - step, lo, cell)
+    state = torch.where(front > back + 0.5, 1, torch.where(back > front + 0.5, -1, 0))
+    from_outside = float((state != 0).float().mean())
+    normals = normals * torch.where(state < 0, -1.0, 1.0)[:, None]
+    decided = state != 0
+    # propagation over the k-NN graph: undecided points take their neighbours' vote
+    valid = index >= 0
+    safe = index.clamp(min=0)
+    for _ in range(SWEEPS):
+        undecided = ~decided
+        if not undecided.any():
+            break
+        agree = (normals[:, None] * normals[safe]).sum(dim=2)  # [N, k]
+        vote = (agree * decided[safe] * valid).sum(dim=1)
+        turn = undecided & (vote != 0)
+        if not turn.any():
+            break
+        normals = torch.where((turn & (vote < 0))[:, None], -normals, normals)
+        decided = decided | turn
+    by_neighbours = float(decided.float().mean()) - from_outside
+    rest = ~decided
+    away = ((points - points.mean(dim=0)) * normals).sum(dim=1) < 0
+    normals = torch.where((rest & away)[:, None], -normals, normals)
+    report = {
+        "oriented_from_outside": from_outside,
+        "oriented_by_neighbours": by_neighbours,
+        "oriented_by_centroid": float(rest.float().mean()),
+    }
+    return normals, report
+
+
+def normal_agreement(normals: Tensor, truth: Tensor) -> dict[str, float]:
+    """How estimated unit normals [N, 3] agree with true ones [N, 3]: the mean angle in
+    degrees (a flipped normal counts as its angle, near 180), the mean angle up to sign
+    (the direction alone), and the share of normals more than 90 degrees off (flipped)."""
+    cos = (normals.double() * truth.double()).sum(dim=1).clamp(-1, 1)
+    angle = torch.rad2deg(torch.arccos(cos))
+    return {
+        "normals_error": float(angle.mean()),
+        "normals_direction_error": float(torch.minimum(angle, 180 - angle).mean()),
+        "normals_flipped": float((cos < 0).double().mean()),
+    }
