@@ -196,7 +196,9 @@ def test_the_exact_grid_sdf_of_a_mesh():
     [
         ("points.normals=guess", "points.normals"),
         ("points.normal_neighbours=2", "points.normal_neighbours"),
+        ("sdf.surface_units=mm", "sdf.surface_units"),
         ("sdf.smooth_weight=-1", "sdf.smooth_weight"),
+        ("sdf.free_band=-1", "sdf.free_band"),
         ("sdf.band_fraction=1.5", "sdf.band_fraction"),
         ("sdf.band_width=0", "sdf.band_width"),
         ("sdf.init_sign=guess", "sdf.init_sign"),

@@ -72,6 +72,13 @@ class PointsConfig:
 
 @dataclass
 class SdfConfig:
+    surface_units: str = doc(
+        "sdf: the units of f in the surface term (the mean of f^2 at the points): `world`, "
+        "or `voxel` (f over the current voxel size): then the term keeps its weight "
+        "against `train.normal_weight` and `train.eikonal_weight` as the grid is refined, "
+        "and the points are fitted to the same fraction of a voxel at every resolution.",
+        "world",
+    )
     smooth_weight: float = doc(
         "sdf: weight of the smoothness term, the mean over the box of (Laplacian of f)^2 "
         "in world units (so the same weight means the same at every resolution), added "
@@ -88,6 +95,13 @@ class SdfConfig:
         "sdf: standard deviation of the near-surface eikonal points' offset, in voxels of "
         "the current grid.",
         2.0,
+    )
+    free_band: float = doc(
+        "sdf: after each upsample, only the voxels within this many voxels (of the new "
+        "grid) of an input point keep training; the others keep the coarser fit, resampled "
+        "(0: all train). Far voxels see only a rare eikonal point, and Adam makes each such "
+        "rare gradient a full step: frozen, they cannot drift into spurious surface.",
+        0.0,
     )
     init_sign: str = doc(
         'sdf, `grid.init = "points"`: the sign of the start: `normals` (the mean of '
@@ -160,10 +174,12 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             f"points.normal_neighbours: expected an integer >= 3, got {p.normal_neighbours}"
         )
     s = c.sdf
+    choice(s.surface_units, ("world", "voxel"), "sdf.surface_units")
     positive(s.smooth_weight, "sdf.smooth_weight", zero=True)
     if not 0 <= s.band_fraction <= 1:
         raise ConfigError(f"sdf.band_fraction: expected a number in [0, 1], got {s.band_fraction}")
     positive(s.band_width, "sdf.band_width")
+    positive(s.free_band, "sdf.free_band", zero=True)
     choice(s.init_sign, INIT_SIGNS, "sdf.init_sign")
     choice(s.keep, KEEP, "sdf.keep")
     positive(s.support_distance, "sdf.support_distance")

@@ -20,6 +20,7 @@ cubes (`train.mesh`). Pictures: mesh.png, curves.png (`train.sdf_pictures`).
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -126,20 +127,19 @@ def points_init(
         side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
         values[start : start + 256] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
     if sign == "winding":
-        far = values.abs() > 2 * voxel_size(model)
+        lo, hi = model.bounds.tolist()
+        h = max((b - a) / (n - 1) for a, b, n in zip(lo, hi, model.resolution, strict=True))
+        far = values.abs() > 2 * h
         inside = winding_field(model, cloud, gen).reshape(-1) > 0.5
         magnitude = values.abs()
         values = torch.where(far, torch.where(inside, -magnitude, magnitude), values)
     model.features.copy_(values.reshape(model.features.shape))
 
 
-def voxel_size(model: VoxelGrid) -> float:
-    """The largest side of a voxel of `model`, in world units."""
-    lo, hi = model.bounds
-    return max(
-        (b - a) / (n - 1)
-        for a, b, n in zip(lo.tolist(), hi.tolist(), model.resolution, strict=True)
-    )
+def voxel_size(resolution: tuple[int, int, int], config: Config) -> float:
+    """The largest side of a voxel of a grid of `resolution` over `grid.bounds`."""
+    lo, hi = config.grid.bounds
+    return max((b - a) / (n - 1) for a, b, n in zip(lo, hi, resolution, strict=True))
 
 
 def winding_field(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> Tensor:
@@ -246,7 +246,14 @@ class SdfExperiment(GridSchedule):
         if c.grid.init == "points":
             gen_init = torch.Generator().manual_seed(c.seed)
             points_init(self.model, self.cloud, gen_init, c.sdf.init_sign)
-        self.start_voxel = voxel_size(self.model)
+        self.start_voxel = voxel_size(as_resolution(c.grid.resolution, "grid.resolution"), c)
+        # sdf.free_band: the voxels frozen at this resolution (None: all train)
+        self.frozen: Tensor | None = None
+        self.model.features.register_hook(self._mask_frozen)
+        if resolution is not None and tuple(resolution) != as_resolution(
+            c.grid.resolution, "grid.resolution"
+        ):
+            self._freeze_far_voxels()  # resumed after an upsample
         self.optimizer = make_optimizer(self.model, c)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
@@ -262,27 +269,56 @@ class SdfExperiment(GridSchedule):
         near = round(sd.band_fraction * t.eikonal_points)
         uniform = uniform_points(t.eikonal_points - near, self.lo, self.hi, self.gen)
         if near:
-            std = sd.band_width * voxel_size(self.model)
+            std = sd.band_width * voxel_size(self.model.resolution, self.config)
             band = band_points(self.cloud.points, near, std, self.gen)
             uniform = torch.cat([band.clamp(self.lo, self.hi), uniform])
         uniform = uniform[self.uniform_rows]
         terms = sdf_losses(self.model, self.cloud.points[index], self.cloud.normals[index], uniform)
         surface, normal, eikonal = terms
+        if sd.surface_units == "voxel":
+            surface = surface / voxel_size(self.model.resolution, self.config) ** 2
         loss = surface + t.normal_weight * normal + t.eikonal_weight * eikonal
         if t.tv_weight:
             loss = loss + t.tv_weight * self.model.total_variation()
         if sd.smooth_weight:
-            h = voxel_size(self.model)
+            h = voxel_size(self.model.resolution, self.config)
             loss = loss + laplacian_energy(self.model.features, sd.smooth_weight, h)
         self.terms = torch.stack(terms).detach()
         return loss, loss.detach()
+
+    def _mask_frozen(self, grad: Tensor) -> Tensor:
+        return grad if self.frozen is None else grad.masked_fill(self.frozen, 0)
+
+    @torch.no_grad()
+    def _freeze_far_voxels(self) -> None:
+        """Freeze (`sdf.free_band`) the voxels farther than free_band voxels (per axis)
+        from every input point."""
+        band = self.config.sdf.free_band
+        if band <= 0:
+            return
+        res = torch.tensor(self.model.resolution, device=self.device)
+        cell = (self.hi - self.lo) / (res - 1)
+        index = ((self.cloud.points - self.lo) / cell).round().long()
+        index = torch.minimum(index.clamp(min=0), res - 1)
+        near = torch.zeros(self.model.resolution, device=self.device)
+        near[index[:, 0], index[:, 1], index[:, 2]] = 1
+        near = near[None, None]
+        r = math.ceil(band)
+        for kernel in ((2 * r + 1, 1, 1), (1, 2 * r + 1, 1), (1, 1, 2 * r + 1)):
+            pad = tuple(k // 2 for k in kernel)
+            near = torch.nn.functional.max_pool3d(near, kernel, stride=1, padding=pad)
+        self.frozen = (near[0, 0] == 0)[..., None]
+
+    def upsample(self, resolution: tuple[int, int, int]) -> None:
+        super().upsample(resolution)
+        self._freeze_far_voxels()
 
     def begin_step(self, step: int) -> None:
         """The learning rate of `train.lr`'s decay, times the voxel size relative to the
         start's with `sdf.lr_scale = "voxel"`."""
         super().begin_step(step)
         if self.config.sdf.lr_scale == "voxel":
-            scale = voxel_size(self.model) / self.start_voxel
+            scale = voxel_size(self.model.resolution, self.config) / self.start_voxel
             for group in self.optimizer.param_groups:
                 group["lr"] *= scale
 
