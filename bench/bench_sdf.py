@@ -74,7 +74,10 @@ RESOLUTION_SETS: dict[int, list[str]] = {
     64: ["train.upsample_resolutions=[48, 64]", "train.steps=600"],
     128: [],
     256: [],
-    512: ["train.upsample_resolutions=[64, 128, 256, 512]"],
+    512: [
+        "train.upsample_steps=[150, 400, 600, 800]",
+        "train.upsample_resolutions=[64, 128, 256, 512]",
+    ],
 }
 
 
@@ -161,13 +164,13 @@ def limit(name: str, truth: Mesh, resolution: int) -> tuple[Mesh, float]:
     return zero_level_set(model, "linear"), time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--resolutions", default=None, help="default: 128 (cpu), 256 (cuda)")
-    parser.add_argument("--scans", default=",".join(SCANS), help="names or .off paths; none")
+    parser.add_argument("--scans", default=",".join(SCANS), help="names, .off paths, or none")
     parser.add_argument("--scans-from", default=None, help="CGAL data archive or folder")
-    parser.add_argument("--shapes", default="torus,box", help="of torus, sphere, box; none")
+    parser.add_argument("--shapes", default="torus,box", help="of torus, sphere, box; or none")
     parser.add_argument("--variants", default="clean", help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--methods", default="ours,poisson,limit")
     parser.add_argument("--points", type=int, default=100_000)
@@ -177,157 +180,139 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=None, help="our fit's config")
     parser.add_argument("--set", action="append", default=[], help="override of our config")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--keep", type=Path, default=None, help="keep run folders here")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
     args = parser.parse_args(argv)
-    resolutions = [
-        int(r) for r in (args.resolutions or {"cpu": "128", "cuda": "256"}[args.device]).split(",")
-    ]
-    methods = args.methods.split(",")
-    variants = args.variants.split(",")
-    for v in variants:
+    default = {"cpu": "128", "cuda": "256"}[args.device]
+    args.resolutions = [int(r) for r in (args.resolutions or default).split(",")]
+    args.methods = args.methods.split(",")
+    args.variants = args.variants.split(",")
+    for v in args.variants:
         if v not in VARIANTS:
             parser.error(f"--variants: unknown {v!r}; expected of {', '.join(VARIANTS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch.cuda.is_available() is False")
-    config = args.config or CONFIGS[args.device]
-    have_poisson = True
+    args.config = args.config or CONFIGS[args.device]
+    return args
+
+
+def inputs(args: argparse.Namespace) -> list[tuple[str, Mesh]]:
+    """(name, true mesh) of every scan and shape asked for (MissingInput if one lacks)."""
+    out = []
+    for name in [] if args.scans == "none" else args.scans.split(","):
+        label = Path(name).stem if name.endswith(".off") else name
+        out.append((label, load_scan(name, args.scans_from)))
+    for shape in [] if args.shapes == "none" else args.shapes.split(","):
+        out.append((shape, shape_mesh(shape, 256)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    methods = args.methods
     if "poisson" in methods:
         try:
             import open3d  # noqa: F401
         except ImportError as error:
-            have_poisson = False
+            methods = [m for m in methods if m != "poisson"]
             print(
-                f"bench_sdf: Open3D is not importable ({error}); no Poisson rows "
-                f"(pip install open3d; its wheel needs libusb-1.0-0)",
+                f"bench_sdf: Open3D is not importable ({error}): no Poisson rows "
+                f"(pip install open3d; its wheel needs Debian's libusb-1.0-0)",
                 file=sys.stderr,
             )
-    inputs: list[tuple[str, Mesh]] = []
-    names = [] if args.scans == "none" else args.scans.split(",")
     try:
-        for name in names:
-            inputs.append(
-                (
-                    Path(name).stem if name.endswith(".off") else name,
-                    load_scan(name, args.scans_from),
-                )
-            )
+        meshes = inputs(args)
     except MissingInput as error:
         print(f"bench_sdf: {error}", file=sys.stderr)
         return 2
-    inputs += [
-        (s, shape_mesh(s, 256)) for s in ([] if args.shapes == "none" else args.shapes.split(","))
-    ]
-
     rows: list[dict[str, Any]] = []
+
+    def add(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(line(row), flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
-        for name, truth in inputs:
-            true_count = len(face_components(truth.faces, len(truth.vertices))[1])
+        for name, truth in meshes:
+            score = Scorer(truth, args)
             clean = oriented_points(truth, args.points, args.seed)
-            for res in resolutions:
+            for res in args.resolutions:
                 if "limit" in methods:
                     mesh, seconds = limit(name, truth, res)
-                    rows.append(
-                        record(
-                            name,
-                            "clean",
-                            res,
-                            "limit",
-                            mesh,
-                            truth,
-                            true_count,
-                            args,
-                            seconds=seconds,
-                        )
+                    add(score(mesh, name, "clean", res, "limit", seconds=seconds))
+            for var in args.variants:
+                points, normals = variant(*clean, var, args.seed + 1)
+                extra = {"points": len(points)}
+                if var == "estimated":
+                    extra.update(estimated_normals(points, normals))
+                elif "poisson" in methods:
+                    mesh, seconds = poisson(points, normals, args.poisson_depth)
+                    method = f"poisson d{args.poisson_depth}"
+                    add(score(mesh, name, var, None, method, seconds=seconds, **extra))
+                for res in args.resolutions if "ours" in methods else []:
+                    work = root / f"{name}_{var}_{res}"
+                    work.mkdir(parents=True, exist_ok=True)
+                    given = None if var == "estimated" else normals
+                    mesh, summary = fit_ours(
+                        points, given, res, args.device, args.config, args.set, work
                     )
-                    print(line(rows[-1]), flush=True)
-                for var in variants:
-                    points, normals = variant(*clean, var, args.seed + 1)
-                    if (
-                        "poisson" in methods
-                        and have_poisson
-                        and var != "estimated"
-                        and res == resolutions[0]
-                    ):
-                        mesh, seconds = poisson(points, normals, args.poisson_depth)
-                        rows.append(
-                            record(
-                                name,
-                                var,
-                                None,
-                                f"poisson d{args.poisson_depth}",
-                                mesh,
-                                truth,
-                                true_count,
-                                args,
-                                seconds=seconds,
-                            )
-                        )
-                        print(line(rows[-1]), flush=True)
-                    if "ours" in methods:
-                        work = root / f"{name}_{var}_{res}"
-                        work.mkdir(parents=True, exist_ok=True)
-                        given = None if var == "estimated" else normals
-                        mesh, summary = fit_ours(
-                            points, given, res, args.device, config, args.set, work
-                        )
-                        rows.append(
-                            record(
-                                name,
-                                var,
-                                res,
-                                "ours",
-                                mesh,
-                                truth,
-                                true_count,
-                                args,
-                                seconds=summary["command_seconds"],
-                                train_seconds=summary["train_seconds"],
-                                extra={
-                                    k: summary.get(k) for k in ("normals_error", "normals_flipped")
-                                },
-                            )
-                        )
-                        print(line(rows[-1]), flush=True)
+                    seconds, train = summary["command_seconds"], summary["train_seconds"]
+                    add(score(mesh, name, var, res, "ours", seconds, train, **extra))
     print()
     print(table(rows))
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"device": args.device, "config": str(config), "sets": args.set, "rows": rows},
-                indent=2,
-            )
-            + "\n"
-        )
+        meta = {"device": args.device, "config": str(args.config), "sets": args.set}
+        args.json.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
     return 0
 
 
-def record(
-    name,
-    var,
-    res,
-    method,
-    mesh,
-    truth,
-    true_count,
-    args,
-    seconds=None,
-    train_seconds=None,
-    extra=None,
-) -> dict[str, Any]:
-    scores = score_mesh(
-        mesh, truth, BOX_SIZE, samples=args.samples, seed=args.seed, true_components=true_count
-    )
-    return {
-        "input": name,
-        "variant": var,
-        "resolution": res,
-        "method": method,
-        **scores,
-        "seconds": seconds,
-        "train_seconds": train_seconds,
-        **(extra or {}),
-    }
+def estimated_normals(points: np.ndarray, normals: np.ndarray) -> dict[str, Any]:
+    """How the normals our fit estimates (points.normals = "estimate") agree with the true
+    ones: the same estimate, made here (it is deterministic)."""
+    from train.sdf.normals import estimate_normals, normal_agreement
+
+    start = time.perf_counter()
+    estimate, report = estimate_normals(torch.from_numpy(points).float(), BOX)
+    agreement = normal_agreement(estimate, torch.from_numpy(normals).float())
+    return {**agreement, **report, "normals_seconds": time.perf_counter() - start}
+
+
+class Scorer:
+    """Scores meshes against one true mesh (train/sdf/scoring.py) into bench rows."""
+
+    def __init__(self, truth: Mesh, args: argparse.Namespace) -> None:
+        self.truth, self.args = truth, args
+        self.components = len(face_components(truth.faces, len(truth.vertices))[1])
+
+    def __call__(
+        self,
+        mesh: Mesh,
+        name: str,
+        var: str,
+        res: int | None,
+        method: str,
+        seconds: float | None = None,
+        train_seconds: float | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        a = self.args
+        scores = score_mesh(
+            mesh,
+            self.truth,
+            BOX_SIZE,
+            samples=a.samples,
+            seed=a.seed,
+            true_components=self.components,
+        )
+        return {
+            "input": name,
+            "variant": var,
+            "resolution": res,
+            "method": method,
+            **scores,
+            "seconds": seconds,
+            "train_seconds": train_seconds,
+            **extra,
+        }
 
 
 def _f(value: Any, form: str) -> str:
@@ -335,18 +320,22 @@ def _f(value: Any, form: str) -> str:
 
 
 def line(r: dict[str, Any]) -> str:
+    """One progress line of a row."""
     return (
-        f"{r['input']:>10} {r['variant']:>9} {str(r['resolution'] or '-'):>4} {r['method']:>10}  "
-        f"chamfer {_f(r['chamfer'], '.2e')}  nc {_f(r['normal_consistency'], '.4f')}  "
-        f"F {_f(r['fscore'], '.4f')}  comps {r['components']}  debris {r['debris_faces']}  "
+        f"{r['input']:>10} {r['variant']:>9} {str(r['resolution'] or '-'):>4} "
+        f"{r['method']:>10}  chamfer {_f(r['chamfer'], '.2e')}  "
+        f"nc {_f(r['normal_consistency'], '.4f')}  F {_f(r['fscore'], '.4f')}  "
+        f"comps {r['components']}  debris {r['debris_faces']}  "
         f"train {_f(r['train_seconds'], '.1f')} s  total {_f(r['seconds'], '.1f')} s"
+        + (f"  normals {r['normals_error']:.2f} deg" if "normals_error" in r else "")
     )
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a markdown table."""
     out = [
-        "| input | variant | grid | method | Chamfer (box) | normal consistency | F-score (0.5%) "
-        "| components (true) | debris faces | training s | total s |",
+        "| input | variant | grid | method | Chamfer (box) | normal consistency | "
+        "F-score (0.5%) | components (true) | debris faces | training s | total s |",
         "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:

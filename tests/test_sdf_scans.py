@@ -1,5 +1,5 @@
-"""The sdf experiment on scans: nearest neighbours, estimated normals, the winding-number
-start, the smoothness term, the debris filter, the scores and the exact-SDF limit."""
+"""The sdf experiment on scans: nearest neighbours, estimated normals, the debris filter,
+the surface term in voxels, the scores and the exact-SDF limit."""
 
 from __future__ import annotations
 
@@ -87,39 +87,6 @@ def test_a_cloud_without_normals_needs_the_option_then_runs(tmp_path, capsys):
     assert 'points.normals = "estimate": 3000 normals' in capsys.readouterr().err
 
 
-# ---- the start and the smoothness term ----------------------------------------------------
-
-
-def test_winding_numbers_are_one_inside_and_zero_outside():
-    from train.sdf.fields import point_areas, winding_numbers
-
-    cloud = sample_surface("torus", TORUS, 8000, torch.Generator().manual_seed(2))
-    areas = point_areas(cloud.points)
-    true_area = 4 * math.pi**2 * 0.55 * 0.2
-    assert areas.sum().item() == pytest.approx(true_area, rel=0.15)
-    queries = torch.tensor([[0.65, 0.0, 0.0], [0.1, 0.0, 0.0], [0.1, 0.0, 0.6], [0.9, 0.9, 0.9]])
-    w = winding_numbers(queries, cloud.points, cloud.normals, areas)
-    torch.testing.assert_close(w, torch.tensor([1.0, 0.0, 0.0, 0.0]), atol=0.05, rtol=0)
-
-
-def test_laplacian_energy_gradient_and_scale():
-    from train.sdf.fields import laplacian_energy
-
-    torch.manual_seed(0)
-    f = torch.randn(5, 6, 7, 1, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: laplacian_energy(x, 0.3, 0.5), (f,), atol=1e-6)
-    energies = []
-    for n in (17, 33):
-        lin = torch.linspace(-1, 1, n, dtype=torch.float64)
-        x = torch.stack(torch.meshgrid(lin, lin, lin, indexing="ij"), -1)
-        plane = (x @ torch.tensor([0.3, 0.5, -0.2], dtype=torch.float64))[..., None]
-        assert laplacian_energy(plane, 1.0, 2 / (n - 1)).item() < 1e-20
-        quadratic = (x[..., 0] ** 2 + 0.5 * x[..., 1] ** 2)[..., None]  # Laplacian 3
-        interior = ((n - 2) / n) ** 3
-        energies.append(laplacian_energy(quadratic, 1.0, 2 / (n - 1)).item() / interior)
-    assert energies == pytest.approx([9.0, 9.0], rel=1e-6)  # the same at every resolution
-
-
 # ---- the mesh: debris filter, scores, the limit -------------------------------------------
 
 
@@ -144,7 +111,7 @@ def test_unsupported_components_are_removed():
         .points.double()
         .numpy()
     )
-    kept, components, faces = supported_components(mesh, points, 2 / (n - 1), 0.5)
+    kept, components, faces = supported_components(mesh, points, 3.0)
     assert components == 1 and faces > 0
     assert len(face_components(kept.faces, len(kept.vertices))[1]) == 1
     assert np.abs(np.linalg.norm(kept.vertices, axis=1) - 0.5).max() < 0.02
@@ -196,15 +163,10 @@ def test_the_exact_grid_sdf_of_a_mesh():
     [
         ("points.normals=guess", "points.normals"),
         ("points.normal_neighbours=2", "points.normal_neighbours"),
-        ("sdf.smooth_weight=-1", "sdf.smooth_weight"),
-        ("sdf.band_fraction=1.5", "sdf.band_fraction"),
-        ("sdf.band_width=0", "sdf.band_width"),
-        ("sdf.init_sign=guess", "sdf.init_sign"),
+        ("sdf.surface_units=mm", "sdf.surface_units"),
         ("sdf.keep=some", "sdf.keep"),
-        ("sdf.support_distance=0", "sdf.support_distance"),
-        ("sdf.support_share=2", "sdf.support_share"),
-        ("sdf.lr_scale=some", "sdf.lr_scale"),
-        ("sdf.smoth_weight=1", "sdf.smoth_weight"),
+        ("sdf.support_ratio=0", "sdf.support_ratio"),
+        ("sdf.suport_ratio=1", "sdf.suport_ratio"),
     ],
 )
 def test_new_keys_are_checked_and_named(override, key):
@@ -216,3 +178,23 @@ def test_new_keys_are_checked_and_named(override, key):
 def test_the_sdf_table_is_refused_by_other_experiments():
     with pytest.raises(ConfigError, match="^sdf: not read by experiment = 'field'"):
         load_config(None, ["experiment=field", "sdf.keep=supported"])
+
+
+def test_the_surface_term_in_voxels_is_f_over_the_voxel_size():
+    from train.loop import make_experiment
+
+    losses = []
+    for units in ("world", "voxel"):
+        config = load_config(
+            None,
+            [
+                *SHORT,
+                "train.normal_weight=0",
+                "train.eikonal_weight=0",
+                f"sdf.surface_units={units}",
+            ],
+        )
+        exp = make_experiment(config, torch.device("cpu"), torch.Generator().manual_seed(0), None)
+        losses.append(exp.loss()[0].item())
+    voxel = 2 / (12 - 1)  # grid.resolution = 12 over [-1, 1]
+    assert losses[1] == pytest.approx(losses[0] / voxel**2, rel=1e-5)

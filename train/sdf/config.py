@@ -23,7 +23,6 @@ POINTS_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "file": ("path", *NORMAL_KEYS),
 }
 NORMALS = ("given", "estimate")
-INIT_SIGNS = ("normals", "winding")
 KEEP = ("all", "supported")
 POINT_FILE_SUFFIXES = (".npy", ".xyz", ".ply")
 
@@ -72,52 +71,25 @@ class PointsConfig:
 
 @dataclass
 class SdfConfig:
-    smooth_weight: float = doc(
-        "sdf: weight of the smoothness term, the mean over the box of (Laplacian of f)^2 "
-        "in world units (so the same weight means the same at every resolution), added "
-        "to the loss as its gradient (two passes of the native total-variation op).",
-        0.0,
-    )
-    band_fraction: float = doc(
-        "sdf: share of `train.eikonal_points` drawn near the points (a surface point "
-        "moved by a Gaussian offset of `sdf.band_width` voxels), the rest uniform in the "
-        "box.",
-        0.0,
-    )
-    band_width: float = doc(
-        "sdf: standard deviation of the near-surface eikonal points' offset, in voxels of "
-        "the current grid.",
-        2.0,
-    )
-    init_sign: str = doc(
-        'sdf, `grid.init = "points"`: the sign of the start: `normals` (the mean of '
-        "(x - p) . n over the 8 nearest points) or `winding` (the same near the points; "
-        "farther than 2 voxels, the generalised winding number of the oriented points, "
-        "which stays right far from the surface, behind holes and thin parts).",
-        "normals",
+    surface_units: str = doc(
+        "sdf: the units of f in the surface term (the mean of f^2 at the points): `world`, "
+        "or `voxel` (f over the current voxel size): then the term keeps its weight "
+        "against `train.normal_weight` and `train.eikonal_weight` as the grid is refined, "
+        "and the points are fitted to the same fraction of a voxel at every resolution.",
+        "world",
     )
     keep: str = doc(
-        "sdf: which pieces of the zero level set the mesh keeps: `all`, or `supported`: "
-        "the connected components with at least `sdf.support_share` of their vertices "
-        "within `sdf.support_distance` voxels of an input point (spurious pieces away "
-        "from the data go).",
+        "sdf: which pieces of the zero level set the mesh keeps: `all`, or `supported`: the "
+        "connected components whose vertices lie as near the input points as the mesh's "
+        "do (the median distance from a component's vertices to the nearest point at most "
+        "`sdf.support_ratio` times the median over all the vertices): spurious pieces off "
+        "the data go, separate parts of the scan stay.",
         "all",
     )
-    support_distance: float = doc(
-        'sdf, `sdf.keep = "supported"`: how near (in voxels of the final grid) a vertex '
-        "must be to an input point to count as supported.",
-        1.0,
-    )
-    support_share: float = doc(
-        'sdf, `sdf.keep = "supported"`: the share of a component\'s vertices that must '
-        "be supported for it to be kept.",
-        0.5,
-    )
-    lr_scale: str = doc(
-        "sdf: `none`, or `voxel`: the learning rate is multiplied by the voxel size "
-        "relative to the starting grid's after each upsample (Adam's steps are in "
-        "distance units: the same rate moves a finer surface by more voxels).",
-        "none",
+    support_ratio: float = doc(
+        'sdf, `sdf.keep = "supported"`: how much farther from the points than the mesh '
+        "as a whole a component may lie (medians of the vertices' distances) and be kept.",
+        3.0,
     )
 
 
@@ -160,16 +132,9 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             f"points.normal_neighbours: expected an integer >= 3, got {p.normal_neighbours}"
         )
     s = c.sdf
-    positive(s.smooth_weight, "sdf.smooth_weight", zero=True)
-    if not 0 <= s.band_fraction <= 1:
-        raise ConfigError(f"sdf.band_fraction: expected a number in [0, 1], got {s.band_fraction}")
-    positive(s.band_width, "sdf.band_width")
-    choice(s.init_sign, INIT_SIGNS, "sdf.init_sign")
+    choice(s.surface_units, ("world", "voxel"), "sdf.surface_units")
     choice(s.keep, KEEP, "sdf.keep")
-    positive(s.support_distance, "sdf.support_distance")
-    if not 0 <= s.support_share <= 1:
-        raise ConfigError(f"sdf.support_share: expected a number in [0, 1], got {s.support_share}")
-    choice(s.lr_scale, ("none", "voxel"), "sdf.lr_scale")
+    positive(s.support_ratio, "sdf.support_ratio")
     if c.grid.backend != "native":
         raise ConfigError("grid.backend: the sdf experiment uses 'native' only")
     if c.train.surface_fraction > 0:

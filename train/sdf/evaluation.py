@@ -95,7 +95,7 @@ class Evaluation:
         self.mesh: Mesh | None = None
         # sdf.keep = "supported": components away from the input points are dropped
         self.keep = c.sdf.keep
-        self.support = (c.sdf.support_distance * voxel, c.sdf.support_share)
+        self.support_ratio = c.sdf.support_ratio
         self.inputs = cloud.points.double().cpu().numpy()
         gen = torch.Generator().manual_seed(c.eval.seed)
         if p.kind == "file":
@@ -148,7 +148,7 @@ class Evaluation:
         mesh = zero_level_set(model, interpolation)
         removed = {"mesh_components": len(face_components(mesh.faces, len(mesh.vertices))[1])}
         if self.keep == "supported":
-            mesh, components, faces = supported_components(mesh, self.inputs, *self.support)
+            mesh, components, faces = supported_components(mesh, self.inputs, self.support_ratio)
             removed.update(removed_components=components, removed_faces=faces)
         self.mesh = mesh
         if len(mesh.faces) == 0:

@@ -10,12 +10,19 @@ them with `torch.autograd.grad(..., create_graph=True)` and minimises
 
 (+ `train.tv_weight` x total variation), so f = 0 on the points, its gradient is the
 normal there, and it grows at unit rate everywhere (a distance). f is negative inside.
+With `sdf.surface_units = "voxel"` the surface term is the mean of (f / h)^2, h the
+current voxel size: it keeps its weight against the other two as the grid is refined, so
+the points are fitted to the same fraction of a voxel at every resolution (with f in
+world units the normal and eikonal terms win more of the balance at every upsample).
+Points without normals get estimated ones (`points.normals = "estimate"`,
+`normals.estimate_normals`).
 The grid interpolates with `grid.interpolation` (linear by default: a smoothstep grid is
 C1, but its gradient vanishes on the voxel planes, which costs it its normals).
 
 Evaluation (`evaluate`), against the exact shape where [points] is one, else against the
-input points themselves (`train.sdf_eval`). The mesh is the zero level set by marching
-cubes (`train.mesh`). Pictures: mesh.png, curves.png (`train.sdf_pictures`).
+input points themselves (`evaluation.py`). The mesh is the zero level set by marching
+cubes, without the pieces the points do not support with `sdf.keep = "supported"`
+(`mesh.supported_components`). Pictures: mesh.png, curves.png (`pictures.py`).
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ from ..errors import ConfigError, writing
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..schema import as_resolution
 from .evaluation import Evaluation
-from .fields import band_points, laplacian_energy, point_areas, winding_numbers
 from .mesh import Mesh, write_ply
 from .normals import estimate_normals, normal_agreement
 from .points import (
@@ -82,16 +88,8 @@ INIT_POINTS = 1 << 15
 INIT_NEIGHBOURS = 8
 
 
-#: The winding-number start measures at most this many of the points (a random subset).
-WINDING_POINTS = 1 << 13
-#: ... at the voxels of a grid of at most this many per axis, interpolated beyond.
-WINDING_GRID = 40
-
-
 @torch.no_grad()
-def points_init(
-    model: VoxelGrid, cloud: PointCloud, gen: torch.Generator, sign: str = "normals"
-) -> None:
+def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> None:
     """Set every voxel to its distance to the nearest point of the cloud, negative where
     its nearest points' normals face away from it (the voxel is behind the surface).
 
@@ -101,13 +99,7 @@ def points_init(
     the right sign everywhere, so no spurious surface has to be swept away where the
     points say nothing: a zero start leaves such sheets, a local minimum of the eikonal
     term. Measured against a random subset of at most INIT_POINTS points (`gen`), by
-    brute force in chunks (the start grid is coarse).
-
-    sign = "winding": farther than 2 voxels from the points, the sign is that of the
-    generalised winding number minus 1/2 instead (`fields.winding_numbers`, on a grid of
-    at most WINDING_GRID voxels per axis from at most WINDING_POINTS points, weighted by
-    the area each stands for), which stays right far from the surface, where the
-    nearest points may all face one way."""
+    brute force in chunks (the start grid is coarse)."""
     points, normals = cloud.points, cloud.normals
     if len(cloud) > INIT_POINTS:
         pick = torch.randperm(len(cloud), generator=gen, device=gen.device)[:INIT_POINTS]
@@ -125,44 +117,13 @@ def points_init(
         distance, nearest = torch.cdist(x, points).topk(k, dim=1, largest=False)  # [C, k]
         side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
         values[start : start + 256] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
-    if sign == "winding":
-        far = values.abs() > 2 * voxel_size(model)
-        inside = winding_field(model, cloud, gen).reshape(-1) > 0.5
-        magnitude = values.abs()
-        values = torch.where(far, torch.where(inside, -magnitude, magnitude), values)
     model.features.copy_(values.reshape(model.features.shape))
 
 
-def voxel_size(model: VoxelGrid) -> float:
-    """The largest side of a voxel of `model`, in world units."""
-    lo, hi = model.bounds
-    return max(
-        (b - a) / (n - 1)
-        for a, b, n in zip(lo.tolist(), hi.tolist(), model.resolution, strict=True)
-    )
-
-
-def winding_field(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> Tensor:
-    """[X, Y, Z] the winding number of the cloud at the voxels of `model` (computed on a
-    grid of at most WINDING_GRID per axis over the same box, trilinearly resampled)."""
-    device = cloud.points.device
-    areas = point_areas(cloud.points)
-    points, normals = cloud.points, cloud.normals
-    if len(cloud) > WINDING_POINTS:
-        pick = torch.randperm(len(cloud), generator=gen, device=gen.device)[:WINDING_POINTS]
-        pick = pick.to(device)
-        areas = areas[pick] * (areas.sum() / areas[pick].sum())
-        points, normals = points[pick], normals[pick]
-    coarse = tuple(min(n, WINDING_GRID) for n in model.resolution)
-    lo, hi = model.bounds.tolist()
-    axes = [torch.linspace(a, b, n, device=device) for a, b, n in zip(lo, hi, coarse, strict=True)]
-    nodes = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
-    w = winding_numbers(nodes, points, normals, areas).reshape(coarse)
-    if coarse != tuple(model.resolution):
-        w = torch.nn.functional.interpolate(
-            w[None, None], size=model.resolution, mode="trilinear", align_corners=True
-        )[0, 0]
-    return w
+def voxel_size(resolution: tuple[int, int, int], config: Config) -> float:
+    """The largest side of a voxel of a grid of `resolution` over `grid.bounds`."""
+    lo, hi = config.grid.bounds
+    return max((b - a) / (n - 1) for a, b, n in zip(lo, hi, resolution, strict=True))
 
 
 def sdf_losses(
@@ -244,9 +205,7 @@ class SdfExperiment(GridSchedule):
             device=device,
         )
         if c.grid.init == "points":
-            gen_init = torch.Generator().manual_seed(c.seed)
-            points_init(self.model, self.cloud, gen_init, c.sdf.init_sign)
-        self.start_voxel = voxel_size(self.model)
+            points_init(self.model, self.cloud, torch.Generator().manual_seed(c.seed))
         self.optimizer = make_optimizer(self.model, c)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
@@ -258,33 +217,16 @@ class SdfExperiment(GridSchedule):
         index = torch.randint(
             len(self.cloud), (t.batch_size,), generator=self.gen, device=self.device
         )[self.rows]
-        sd = self.config.sdf
-        near = round(sd.band_fraction * t.eikonal_points)
-        uniform = uniform_points(t.eikonal_points - near, self.lo, self.hi, self.gen)
-        if near:
-            std = sd.band_width * voxel_size(self.model)
-            band = band_points(self.cloud.points, near, std, self.gen)
-            uniform = torch.cat([band.clamp(self.lo, self.hi), uniform])
-        uniform = uniform[self.uniform_rows]
+        uniform = uniform_points(t.eikonal_points, self.lo, self.hi, self.gen)[self.uniform_rows]
         terms = sdf_losses(self.model, self.cloud.points[index], self.cloud.normals[index], uniform)
         surface, normal, eikonal = terms
+        if self.config.sdf.surface_units == "voxel":
+            surface = surface / voxel_size(self.model.resolution, self.config) ** 2
         loss = surface + t.normal_weight * normal + t.eikonal_weight * eikonal
         if t.tv_weight:
             loss = loss + t.tv_weight * self.model.total_variation()
-        if sd.smooth_weight:
-            h = voxel_size(self.model)
-            loss = loss + laplacian_energy(self.model.features, sd.smooth_weight, h)
         self.terms = torch.stack(terms).detach()
         return loss, loss.detach()
-
-    def begin_step(self, step: int) -> None:
-        """The learning rate of `train.lr`'s decay, times the voxel size relative to the
-        start's with `sdf.lr_scale = "voxel"`."""
-        super().begin_step(step)
-        if self.config.sdf.lr_scale == "voxel":
-            scale = voxel_size(self.model) / self.start_voxel
-            for group in self.optimizer.param_groups:
-                group["lr"] *= scale
 
     def progress(self, loss: float) -> dict[str, str]:
         surface, normal, eikonal = self.terms.tolist()

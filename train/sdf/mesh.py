@@ -141,27 +141,28 @@ def face_components(faces: np.ndarray, vertex_count: int) -> tuple[np.ndarray, n
     return rank[label], sizes[order]
 
 
-def supported_components(
-    mesh: Mesh, points: np.ndarray, distance: float, share: float
-) -> tuple[Mesh, int, int]:
+def supported_components(mesh: Mesh, points: np.ndarray, ratio: float) -> tuple[Mesh, int, int]:
     """The mesh without the connected components that the points do not support: those
-    with less than `share` of their vertices within `distance` of one of points [P, 3]
-    (the best supported one is kept if none is). Returns (mesh, components removed,
-    faces removed)."""
+    whose median distance from their vertices to the nearest of points [P, 3] is more than
+    `ratio` times the median over all the mesh's vertices (so the test scales with the
+    points' spacing and the voxel size by itself; the best supported component is always
+    kept). Returns (mesh, components removed, faces removed)."""
     if len(mesh.faces) == 0:
         return mesh, 0, 0
     label, sizes = face_components(mesh.faces, len(mesh.vertices))
-    near = distance_to_points(mesh.vertices, points) <= distance  # [V]
+    used = np.unique(mesh.faces.reshape(-1))
+    distance = np.zeros(len(mesh.vertices))
+    distance[used] = distance_to_points(mesh.vertices[used], points)
+    limit = ratio * float(np.median(distance[used]))
     vertex_label = np.zeros(len(mesh.vertices), dtype=np.int64)
     vertex_label[mesh.faces.reshape(-1)] = np.repeat(label, 3)
-    used = np.zeros(len(mesh.vertices), dtype=bool)
-    used[mesh.faces.reshape(-1)] = True
-    count = np.bincount(vertex_label[used], minlength=len(sizes))
-    supported = np.bincount(vertex_label[used], weights=near[used], minlength=len(sizes))
-    ratio = supported / np.maximum(count, 1)
-    keep = ratio >= share
-    if not keep.any():
-        keep[ratio.argmax()] = True
+    order = np.lexsort((distance[used], vertex_label[used]))  # by component, then distance
+    grouped = vertex_label[used][order]
+    first = np.searchsorted(grouped, np.arange(len(sizes)))
+    count = np.bincount(grouped, minlength=len(sizes))
+    median = distance[used][order][first + count // 2]
+    keep = median <= limit
+    keep[median.argmin()] = True
     kept_faces = keep[label]
     if kept_faces.all():
         return mesh, 0, 0

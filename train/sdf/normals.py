@@ -7,8 +7,9 @@ k nearest neighbours, then one consistent orientation, outwards.
 2. Orientation from outside: every point is splatted into a grid over the box as a cube
    of about its k-th neighbour distance (so sparse regions still make a closed shell),
    and the empty cells reachable from the box's boundary without crossing the shell are
-   outside (`outside_cells`, a 6-connected flood fill). A normal is turned to the side
-   that is more outside, a shell's thickness away from its point.
+   outside (`outside_cells`, a 6-connected flood fill; a hole in the cloud is closed by
+   growing the cubes until the flood stops leaking in, `closed_outside`). A normal is
+   turned to the side that is more outside, a shell's thickness away from its point.
 3. Propagation: the points this cannot decide (both sides outside: thin parts, a hole
    that let the outside in) take the orientation their neighbours vote for (each
    neighbour's vote weighted by |n_i . n_j|), repeated until nothing changes; whatever
@@ -29,6 +30,8 @@ from .neighbours import knn
 MAX_CELLS = 160
 #: Propagation sweeps at most.
 SWEEPS = 500
+#: Closings tried (cells added to the points' cubes) against holes in the cloud.
+CLOSINGS = (0, 3, 6, 10)
 
 
 def pca_normals(points: Tensor, index: Tensor) -> Tensor:
@@ -51,7 +54,7 @@ def outside_cells(
     occupied = torch.zeros(size, dtype=torch.bool, device=device)
     limit = torch.tensor(size, device=device) - 1
     cells = ((points - lo) / cell).round().long().clamp(min=torch.zeros_like(limit), max=limit)
-    reach = (radius / cell).ceil().long().clamp(1, 8)
+    reach = (radius / cell).ceil().long().clamp(1, 8 + CLOSINGS[-1])
     for r in reach.unique().tolist():
         seeds = torch.zeros(size, device=device)
         at = cells[reach == r]
@@ -94,6 +97,34 @@ def _spread_runs(outside: Tensor, occupied: Tensor, axis: int) -> Tensor:
     return spread.reshape(shape).movedim(-1, axis)
 
 
+def closed_outside(
+    points: Tensor, radius: Tensor, lo: Tensor, cell: float, size: tuple[int, int, int]
+) -> tuple[Tensor, int]:
+    """The outside (`outside_cells`) with holes in the cloud closed: the points' cubes are
+    grown by r more cells, r the least of CLOSINGS whose outside leaves at least half as
+    many cells enclosed as the largest closing does (a hole lets the flood in: almost
+    nothing is enclosed), and the outside found is grown back by r cells into the free
+    cells (the concavities the closing filled). Returns (outside, r)."""
+    occupied, outside = outside_cells(points, radius, lo, cell, size)
+    widest = outside_cells(points, radius + CLOSINGS[-1] * cell, lo, cell, size)[1]
+    target = 0.5 * float((~widest).sum())
+    for r in CLOSINGS:
+        if r == CLOSINGS[-1]:
+            closed = widest
+        elif r:
+            closed = outside_cells(points, radius + r * cell, lo, cell, size)[1]
+        else:
+            closed = outside
+        if float((~closed).sum()) >= target:
+            break
+    if r == 0:
+        return outside, 0
+    grown = closed[None, None].float()
+    for kernel in ((2 * r + 1, 1, 1), (1, 2 * r + 1, 1), (1, 1, 2 * r + 1)):
+        grown = F.max_pool3d(grown, kernel, stride=1, padding=tuple(k // 2 for k in kernel))
+    return (grown[0, 0] > 0) & ~occupied, r
+
+
 def _lookup(grid: Tensor, x: Tensor, lo: Tensor, cell: float) -> Tensor:
     """Trilinear value of a [X, Y, Z] grid of cell centres at `lo + i * cell` at x [N, 3]
     (clamped to the grid)."""
@@ -124,10 +155,10 @@ def estimate_normals(
     hi = torch.tensor(bounds[1], device=device)
     radius = distance[:, -1].clamp(max=(hi - lo).max().item() / 8)
     cell = max(radius.median().item() / 1.5, (hi - lo).max().item() / MAX_CELLS)
-    margin = 2 * radius.max().item() + 2 * cell  # room outside the cloud's shell
+    margin = 2 * radius.max().item() + (2 + CLOSINGS[-1]) * cell  # room beyond the shell
     lo, hi = lo - margin, hi + margin
     size = tuple(int(math.ceil(v / cell)) + 1 for v in (hi - lo).tolist())
-    _, outside = outside_cells(points, radius, lo, cell, size)
+    outside, closing = closed_outside(points, radius, lo, cell, size)
     step = (radius + 3 * cell)[:, None] * normals
     front = _lookup(outside, points + step, lo, cell)
     back = _lookup(outside, points - step, lo, cell)
@@ -154,6 +185,7 @@ def estimate_normals(
     away = ((points - points.mean(dim=0)) * normals).sum(dim=1) < 0
     normals = torch.where((rest & away)[:, None], -normals, normals)
     report = {
+        "closing_cells": closing,
         "oriented_from_outside": from_outside,
         "oriented_by_neighbours": by_neighbours,
         "oriented_by_centroid": float(rest.float().mean()),
