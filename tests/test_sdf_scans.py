@@ -117,6 +117,41 @@ def test_unsupported_components_are_removed():
     assert np.abs(np.linalg.norm(kept.vertices, axis=1) - 0.5).max() < 0.02
 
 
+def test_sign_islands_below_the_size_are_filled():
+    from grid import VoxelGrid
+    from train.sdf.mesh import face_components, fill_sign_islands, zero_level_set
+
+    n = 40
+    lin = torch.linspace(-1, 1, n)
+    x = torch.stack(torch.meshgrid(lin, lin, lin, indexing="ij"), -1)
+    values = (x.norm(dim=-1) - 0.6).numpy()
+    gen = np.random.default_rng(0)
+    values += gen.uniform(-0.01, 0.01, values.shape)  # no exact zeros, not a clean field
+    bubbles = [(20, 20, 20, 1), (6, 6, 6, -1), (30, 30, 8, -1)]  # single voxels
+    for i, j, k, sign in bubbles:
+        values[i, j, k] = sign * abs(values[i, j, k])  # inside: positive, outside: negative
+    values[10:12, 20, 20] = 0.05  # a positive island of 2 voxels inside the sphere
+    values[0:3, 0:3, 0:3] = -0.05  # an island of 27 voxels in the box's corner: kept
+    values[34:38, 15:19, 15:19] = -0.05  # an outside island of 64 voxels: kept at min 8
+    filled = fill_sign_islands(values, 8)
+    assert filled[20, 20, 20] < 0 and filled[6, 6, 6] > 0 and filled[30, 30, 8] > 0
+    assert (filled[0:3, 0:3, 0:3] < 0).all() and (filled[34:38, 15:19, 15:19] < 0).all()
+    assert np.array_equal(np.abs(filled), np.abs(values))  # only signs change
+    changed = np.sign(filled) != np.sign(values)
+    assert changed.sum() == 5 and (filled[10:12, 20, 20] < 0).all()
+    assert np.array_equal(fill_sign_islands(values, 1), values)
+    model = VoxelGrid(n, 1, init="zeros")
+    with torch.no_grad():
+        model.features.copy_(torch.from_numpy(values)[..., None])
+    pieces = len(face_components(*_faces(zero_level_set(model, "linear")))[1])
+    kept = len(face_components(*_faces(zero_level_set(model, "linear", 8)))[1])
+    assert pieces >= 6 and kept == 3  # the sphere, the corner island, the 64-voxel island
+
+
+def _faces(mesh):
+    return mesh.faces, len(mesh.vertices)
+
+
 def test_scores_of_two_concentric_spheres():
     from train.sdf.scoring import score_mesh
 
@@ -166,6 +201,7 @@ def test_the_exact_grid_sdf_of_a_mesh():
         ("sdf.surface_units=mm", "sdf.surface_units"),
         ("sdf.keep=some", "sdf.keep"),
         ("sdf.support_ratio=0", "sdf.support_ratio"),
+        ("sdf.min_island=-1", "sdf.min_island"),
         ("sdf.suport_ratio=1", "sdf.suport_ratio"),
     ],
 )

@@ -86,6 +86,14 @@ class SdfConfig:
         "the data go, separate parts of the scan stay.",
         "all",
     )
+    min_island: int = doc(
+        "sdf: before marching cubes, islands of one sign (6-connected voxels with f < 0, "
+        "or f >= 0) of fewer than this many voxels take the sign around them (0: none): "
+        "noisy points leave bubbles of a voxel or two on both sides of the surface, each "
+        "a separate piece of the mesh. Islands touching the box's boundary are kept. "
+        "Only the mesh changes; the grid is left as fitted.",
+        0,
+    )
     support_ratio: float = doc(
         'sdf, `sdf.keep = "supported"`: how much farther from the points than the mesh '
         "as a whole a component may lie (medians of the vertices' distances) and be kept.",
@@ -135,6 +143,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     choice(s.surface_units, ("world", "voxel"), "sdf.surface_units")
     choice(s.keep, KEEP, "sdf.keep")
     positive(s.support_ratio, "sdf.support_ratio")
+    if s.min_island < 0:
+        raise ConfigError(f"sdf.min_island: expected an integer >= 0, got {s.min_island!r}")
     if c.grid.backend != "native":
         raise ConfigError("grid.backend: the sdf experiment uses 'native' only")
     if c.train.surface_fraction > 0:

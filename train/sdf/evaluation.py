@@ -96,6 +96,7 @@ class Evaluation:
         # sdf.keep = "supported": components away from the input points are dropped
         self.keep = c.sdf.keep
         self.support_ratio = c.sdf.support_ratio
+        self.min_island = c.sdf.min_island
         self.inputs = cloud.points.double().cpu().numpy()
         gen = torch.Generator().manual_seed(c.eval.seed)
         if p.kind == "file":
@@ -145,7 +146,7 @@ class Evaluation:
     def chamfer(self, model: VoxelGrid, interpolation: str) -> dict[str, Any]:
         """Extract the mesh (kept in `self.mesh`) and its Chamfer distances (None when
         the field has no zero level set)."""
-        mesh = zero_level_set(model, interpolation)
+        mesh = zero_level_set(model, interpolation, self.min_island)
         removed = {"mesh_components": len(face_components(mesh.faces, len(mesh.vertices))[1])}
         if self.keep == "supported":
             mesh, components, faces = supported_components(mesh, self.inputs, self.support_ratio)

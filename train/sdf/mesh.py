@@ -37,13 +37,16 @@ class Mesh:
         return Mesh(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64), np.zeros((0, 3)))
 
 
-def zero_level_set(model: VoxelGrid, interpolation: str) -> Mesh:
+def zero_level_set(model: VoxelGrid, interpolation: str, min_island: int = 0) -> Mesh:
     """The zero level set of channel 0 of `model` by marching cubes over its voxels, in
     world coordinates, with normals from the field's gradient (outward, towards f > 0).
-    Empty when the field does not change sign."""
+    Empty when the field does not change sign. `min_island` > 0: sign islands of fewer
+    voxels are filled first (`fill_sign_islands`)."""
     from skimage.measure import marching_cubes  # optional: checked at start-up
 
     values = model.features[..., 0].detach().float().cpu().numpy()  # [X, Y, Z]
+    if min_island > 0:
+        values = fill_sign_islands(values, min_island)
     if not (values.min() < 0 < values.max()):
         return Mesh.empty()
     # With the default gradient_direction="descent" the triangles' winding (right hand)
@@ -55,6 +58,43 @@ def zero_level_set(model: VoxelGrid, interpolation: str) -> Mesh:
     spacing = (hi - lo) / (np.array(values.shape) - 1)
     vertices = lo + index.astype(np.float64) * spacing
     return Mesh(vertices, faces.astype(np.int64), field_normals(model, vertices))
+
+
+def fill_sign_islands(values: np.ndarray, min_voxels: int) -> np.ndarray:
+    """values [X, Y, Z] with every island of one sign (6-connected voxels with f < 0, or
+    with f >= 0) of fewer than `min_voxels` voxels given the sign around it (|f| kept).
+
+    Such islands are below what the grid resolves: noise in the points leaves bubbles of
+    one or a few voxels on both sides of the surface, each a separate closed piece of the
+    zero level set. An island that touches the box's boundary is kept whatever its size
+    (the part of a surface cut by the box)."""
+    from scipy import ndimage  # scipy comes with scikit-image
+
+    out = values.copy()
+    for inside in (True, False):
+        label, count = ndimage.label((out < 0) if inside else (out >= 0))
+        if count < 2:
+            continue
+        sizes = np.bincount(label.ravel(), minlength=count + 1)
+        small = sizes < min_voxels
+        small[0] = False
+        border = np.unique(
+            np.concatenate([label[i].ravel() for i in _faces_of_box(label.shape)])
+        )
+        small[border] = False
+        flip = small[label]
+        out[flip] = np.abs(out[flip]) if inside else -np.maximum(np.abs(out[flip]), 1e-12)
+    return out
+
+
+def _faces_of_box(shape: tuple[int, ...]) -> list[tuple]:
+    """Index expressions of the six boundary faces of an array of 3-D `shape`."""
+    full = slice(None)
+    return [
+        tuple(side if k == axis else full for k in range(3))
+        for axis in range(3)
+        for side in (0, shape[axis] - 1)
+    ]
 
 
 def _smoothstep_edges(index: np.ndarray) -> np.ndarray:
