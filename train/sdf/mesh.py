@@ -78,9 +78,7 @@ def fill_sign_islands(values: np.ndarray, min_voxels: int) -> np.ndarray:
         sizes = np.bincount(label.ravel(), minlength=count + 1)
         small = sizes < min_voxels
         small[0] = False
-        border = np.unique(
-            np.concatenate([label[i].ravel() for i in _faces_of_box(label.shape)])
-        )
+        border = np.unique(np.concatenate([label[i].ravel() for i in _faces_of_box(label.shape)]))
         small[border] = False
         flip = small[label]
         out[flip] = np.abs(out[flip]) if inside else -np.maximum(np.abs(out[flip]), 1e-12)
