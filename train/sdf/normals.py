@@ -40,8 +40,10 @@ def pca_normals(points: Tensor, index: Tensor) -> Tensor:
     group = torch.cat([points[:, None], points[index]], dim=1)  # [N, k + 1, 3]
     centred = group - group.mean(dim=1, keepdim=True)
     covariance = centred.transpose(1, 2) @ centred  # [N, 3, 3]
-    _, vectors = torch.linalg.eigh(covariance.double())  # ascending eigenvalues
-    return vectors[:, :, 0].float()
+    # on the CPU: cuSOLVER's batched eigh fails (an internal error) on 1e5 3x3 matrices,
+    # and the CPU does them in milliseconds
+    _, vectors = torch.linalg.eigh(covariance.double().cpu())  # ascending eigenvalues
+    return vectors[:, :, 0].float().to(points.device)
 
 
 def outside_cells(
