@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "checks.h"
+#include "corner_runs.cuh"
 #include "cuda_utils.cuh"
 #include "dispatch.h"
 #include "sample_backward_deterministic.cuh"
@@ -25,7 +26,12 @@ namespace {
 constexpr int kBackwardBlocks = 3;
 
 // Threads 2^plog * dz + c of a point's group handle vectors c, c + 2^plog, ... of the four
-// corners on z side dz (corners 2j + dz).
+// corners on z side dz (corners 2j + dz). With kRuns (float accumulation, V <= 4: kSumRuns), the
+// feature gradient is summed over runs of consecutive points that share a voxel before the
+// atomics (corner_runs.cuh), in a second loop after the point gradient (one loop for both held
+// 78 instead of 64 registers for float4 rows); the lane 2^glog further holds the next point with
+// the same side and vector. Lanes past the last point stay for those shuffles and touch nothing.
+// Without kRuns, one atomic per corner and vector, in the point gradient's loop.
 template <typename scalar_t, typename point_t, typename index_t, int V, bool kFeatures,
           bool kPoints>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_kernel(
@@ -36,23 +42,27 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
     GridShape shape, index_t N, int plog, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
+  constexpr bool kRuns = kFeatures && kSumRuns<acc_t, V>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
   const int glog = plog + 1;
   const unsigned mask = group_mask(glog);
   const index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
   const index_t n = i >> glog;
-  if (n >= N) return;  // whole groups: the last block holds only whole points
+  const bool active = n < N;  // whole groups: a point's lanes agree
+  if (!kRuns && !active) return;
   const int lane = i & ((1 << glog) - 1);
   const int dz = lane >> plog;
-  const Cell<acc_t, index_t> cell = locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
+  Cell<acc_t, index_t> cell =
+      locate_cell<acc_t, index_t>(points + 3 * (active ? n : 0), shape, mode);
+  if (!active) cell.inside = 0, cell.any = false;
   const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
   // This side's z weight, placed where corner_weight_grad reads the z = 0 side (indexing wz by
   // the run-time dz would put the arrays in local memory); the z derivative flips on side 1.
   const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {dz ? w_ : 1 - w_, 0};
   const acc_t z_sign = dz ? acc_t(-1) : acc_t(1);
   acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels and corners
-  if (cell.any) {
+  if (cell.any && (kPoints || !kRuns)) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
     for (index_t c = lane & ((1 << plog) - 1); c < vectors; c += (1 << plog)) {
       const index_t side = cell.offset(0, sx, sy, sz) + dz * sz + c * V;  // corner dz
@@ -79,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
           for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
         }
       }
-      if constexpr (kFeatures) {
+      if constexpr (kFeatures && !kRuns) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (!cell.valid(2 * j + dz)) continue;
@@ -96,10 +106,38 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   if constexpr (kPoints) {
 #pragma unroll
     for (int a = 0; a < 3; ++a) grad[a] = group_sum(grad[a], mask, glog);
-    if (lane == 0) {
+    if (active && lane == 0) {
 #pragma unroll
       for (int a = 0; a < 3; ++a)
         grad_points[3 * n + a] = static_cast<point_t>(grad[a] * cell.axis[a].dindex);
+    }
+  }
+  if constexpr (kRuns) {
+    const index_t i0[3] = {cell.axis[0].i0, cell.axis[1].i0, cell.axis[2].i0};
+    const acc_t t[3] = {u, v_, w_};
+    // The same trip count on every lane of the warp (the run sums shuffle across it); the
+    // grad_out row is read again, from L1.
+#pragma unroll 1
+    for (index_t c0 = 0; c0 < vectors; c0 += (1 << plog)) {
+      const index_t c = c0 + (lane & ((1 << plog) - 1));
+      const bool has = cell.any && c < vectors;
+      acc_t g[V];
+      if (has) {
+        widen<scalar_t, V>(load_raw<scalar_t, V>(grad_out + n * F + c * V), g);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) g[v] = 0;
+      }
+      acc_t acc[4][V];  // [corner 2j + dz][channel]: this point's part, or its run's sum
+      const unsigned write =
+          sum_corner_runs<4, true>(i0, t, has ? cell.inside : 0u, g, dz, 1 << glog, acc);
+      const index_t side = cell.offset(0, sx, sy, sz) + dz * sz + c * V;  // corner dz
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!((write >> (2 * j + dz)) & 1u)) continue;
+        atomic_add_vec<V>(grad_features + side + corner_dx(2 * j) * sx + corner_dy(2 * j) * sy,
+                          acc[j]);
+      }
     }
   }
 }
@@ -153,7 +191,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       const auto launch = [&](auto kv) {
         constexpr auto kernel =
             sample_backward_small_f_kernel<1, decltype(kv)::value, decltype(kf)::value,
-                                           decltype(kp)::value, int32_t>;
+                                           decltype(kp)::value, true, int32_t>;
         prefer_l1<kernel>();
         kernel<<<one_pass_blocks(N), kThreads, 0, stream>>>(
             grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
