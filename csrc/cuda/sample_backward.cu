@@ -179,8 +179,10 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       deterministic ? sample_grad_features_deterministic(grad_out, features, points, mode)
                     : masked_output(want_features, features.sizes(),
                                     features.options());  // [X, Y, Z, F]
-  at::Tensor grad_points =
-      masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
+  // [..., 3]; the kernels write every element, so deterministic mode need not fill it first
+  at::Tensor grad_points = want_points
+                               ? unfilled_cuda(points_in.sizes(), points_in.options())
+                               : masked_output(false, points_in.sizes(), points_in.options());
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (want_features)  // all-zero bits are 0.0 in every float dtype; faster than a fill kernel
     C10_CUDA_CHECK(cudaMemsetAsync(grad_features.data_ptr(), 0, grad_features.nbytes(), stream));
