@@ -107,8 +107,8 @@ def test_odd_element_count_scalar_atomics():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("f", [3, 16])
 def test_half_precision_rays(dtype, f):
-    # F = 3 rows are one value wide (runs summed in float32, one half atomic per run); F = 16
-    # rows are 8 values wide and keep one vector atomic per corner.
+    # Runs summed in float32, then one atomic in the dtype per run: F = 3 rows are one value wide
+    # (scalar half atomics), F = 16 rows two vectors of eight (16-byte vector atomics).
     features = torch.randn(9, 7, 8, f, device="cuda").to(dtype)
     points = ray_points(5, 80, seed=2, device="cuda")
     grad = torch.randn(points.shape[0], f, device="cuda").to(dtype)

@@ -71,11 +71,11 @@ __device__ __forceinline__ int slot_dy(int s) {
   return kSlots == 8 ? corner_dy(s) : s & 1;
 }
 
-// Whether a kernel sums runs: float accumulation of up to 4 values per lane. Wider lanes (8 half
-// values, double) spilled registers at the backward's 80-register budget, so they keep plain
-// atomics (one per corner and vector).
-template <typename acc_t, int V>
-constexpr bool kSumRuns = std::is_same_v<acc_t, float> && V <= 4;
+// Whether the general backward kernel sums runs: float accumulation, except rows of 8 half values
+// with 64-bit offsets. Those and double grids spilled registers at the kernel's 80-register
+// budget, so they keep plain atomics (one per corner and vector).
+template <typename acc_t, typename index_t, int V>
+constexpr bool kSumRuns = std::is_same_v<acc_t, float> && (V <= 4 || sizeof(index_t) == 4);
 
 // acc[s] (for this lane's slots, see slot_corners): the contribution weight * g of this lane's
 // point to the slot's voxel, plus, where the point heads a run of consecutive points of the warp
@@ -114,33 +114,35 @@ __device__ __forceinline__ unsigned sum_corner_runs(const index_t (&i0)[3], cons
   const unsigned heads = mine & ~from_prev;
   unsigned alive = heads;  // runs that reach the point j / stride after ours
   for (int j = stride; j < 32 && __any_sync(kFullWarp, alive); j += stride) {
-    acc_t u[3], og[V];
+    acc_t u[3];
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
       d[a] = i0[a] - __shfl_down_sync(kFullWarp, i0[a], j);
       u[a] = __shfl_down_sync(kFullWarp, t[a], j);
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) og[v] = __shfl_down_sync(kFullWarp, g[v], j);
     const unsigned other_inside = __shfl_down_sync(kFullWarp, inside, j);
     alive = lane + j < 32 ? shared_corners(d, other_inside) & alive : 0u;
-    if (!alive) continue;
     // The weight of our corner with offset o on an axis, at the other point: its corner o + d.
-    acc_t f[3][2];
+    acc_t f[3][2], w[kSlots];
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
       f[a][0] = d[a] == 1 ? u[a] : 1 - u[a];
       f[a][1] = d[a] == 0 ? u[a] : 1 - u[a];
     }
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      if (!((alive >> slot_corner<kSlots>(s, side)) & 1u)) continue;
-      const acc_t w = f[0][slot_dx<kSlots>(s)] * f[1][slot_dy<kSlots>(s)] *
-                      (kSlots == 8 ? f[2][corner_dz(s)]
-                       : side      ? f[2][1]
-                                   : f[2][0]);
+    for (int s = 0; s < kSlots; ++s)
+      w[s] = f[0][slot_dx<kSlots>(s)] * f[1][slot_dy<kSlots>(s)] *
+             (kSlots == 8 ? f[2][corner_dz(s)]
+              : side      ? f[2][1]
+                          : f[2][0]);
+    // The other point's grad_out one value at a time (every lane shuffles; a lane adds where its
+    // run goes on): fewer live registers than the whole row.
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[s][v] += w * og[v];
+    for (int v = 0; v < V; ++v) {
+      const acc_t og = __shfl_down_sync(kFullWarp, g[v], j);
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s)
+        if ((alive >> slot_corner<kSlots>(s, side)) & 1u) acc[s][v] += w[s] * og;
     }
   }
   return heads;

@@ -26,7 +26,7 @@ namespace {
 constexpr int kBackwardBlocks = 3;
 
 // Threads 2^plog * dz + c of a point's group handle vectors c, c + 2^plog, ... of the four
-// corners on z side dz (corners 2j + dz). With kRuns (float accumulation, V <= 4: kSumRuns), the
+// corners on z side dz (corners 2j + dz). With kRuns (float accumulation: kSumRuns), the
 // feature gradient is summed over runs of consecutive points that share a voxel before the
 // atomics (corner_runs.cuh), in a second loop after the point gradient (one loop for both held
 // 78 instead of 64 registers for float4 rows); the lane 2^glog further holds the next point with
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
     GridShape shape, index_t N, int plog, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
-  constexpr bool kRuns = kFeatures && kSumRuns<acc_t, V>;
+  constexpr bool kRuns = kFeatures && kSumRuns<acc_t, index_t, V>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
   const int glog = plog + 1;
