@@ -1,8 +1,10 @@
 // CUDA backward of grid::sample. A group of threads per point, as in the forward, but split by
 // the z side of the cell: a thread reads and scatters the four corners of its side, so one warp
 // instruction covers both z-neighbours, which sit next to each other in the channels-last grid.
-// The feature gradient is scattered with 16-byte vector atomics straight into a grid of the
-// features' dtype; the point gradient is reduced over the group with warp shuffles. Under
+// The feature gradient is summed over runs of consecutive points that share a voxel inside the
+// warp (corner_runs.cuh: ray-ordered points share corners), then scattered with 16-byte vector
+// atomics straight into a grid of the features' dtype, one per run; the point gradient is
+// reduced over the group with warp shuffles. Under
 // torch.use_deterministic_algorithms(True) the feature gradient comes from the atomic-free
 // sample_backward_deterministic.cu instead.
 #include <ATen/Context.h>
@@ -145,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
 // float32 grids of one channel take the one-thread-per-point kernel of sample_small_f.cuh:
 // z-pair vector atomics, S5 F = 1 backward 0.118 -> 0.098 ms on an H100. For F = 2..4 it
 // measured slower than the kernels below (F = 3: 0.259 against 0.212 ms): fewer atomics, but
-// a thread per point has less in flight than 4-8 threads per point whose atomics coalesce.
+// a thread per point has less in flight than 4-8 threads per point whose atomics coalesce (both
+// before the run sums; bench/probes/small_f_probe.py times the small-F kernel with them).
 bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at::Tensor& grad_out) {
   return features.scalar_type() == at::kFloat && points.scalar_type() == at::kFloat &&
          features.size(3) == 1 &&

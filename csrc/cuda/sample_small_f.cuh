@@ -1,10 +1,12 @@
 // grid::sample kernels for float32 grids of F <= 4 channels (density, SDF, RGB grids): one
 // thread per point handles all F channels of the eight corners with scalar loads, where the
 // general kernels give a point one thread per channel that each locate the cell again.
-// The backward scatters each z-pair of corners -- 2F contiguous floats in the channels-last
-// grid -- with aligned 16-byte vector atomics, zero-padded where the pair does not fill them:
-// 5 atomics per point on average for F = 1 instead of 8. sample_forward.cu takes the forward
-// for F = 3 (and strided F = 2, 4), sample_backward.cu the backward for F = 1: the choices
+// The backward sums the contributions of consecutive points that share a voxel inside the warp
+// (corner_runs.cuh), then scatters each z-pair of corners -- 2F contiguous floats in the
+// channels-last grid -- with aligned 16-byte vector atomics, zero-padded where the pair does not
+// fill them: for F = 1, 4.98 atomics per point on S5's rays without the run sums (8 corners),
+// 2.86 with them (counted on the CPU). sample_forward.cu takes the forward for F = 3 (and strided
+// F = 2, 4), sample_backward.cu the backward for F = 1: the choices
 // bench/probes/small_f_probe.py measured (bench/NOTES.md). The probe times the other variants too.
 #pragma once
 
