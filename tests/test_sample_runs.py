@@ -48,6 +48,7 @@ def check(features, points, wanted="both", align_corners=True, padding="zeros"):
 def test_rays_match_reference(f, align_corners, padding):
     # 0.1 voxel between samples in the coarse grid (runs of ~10 points per voxel), ~0.8 in the
     # fine one (as S5); 13 x 97 points: the last warp is partly empty.
+    torch.manual_seed(f)
     for shape, samples in (((9, 7, 8), 97), ((33, 30, 31), 97)):
         features = torch.randn(*shape, f, device="cuda")
         points = ray_points(13, samples, seed=f, device="cuda")
@@ -87,6 +88,7 @@ def test_faces_and_cell_planes(f, align_corners, padding):
     # diagonal past the grid: every cell of a column and the corners outside the grid. The
     # grid gradient is continuous there; the point gradient is not (which side of a plane a
     # point falls on can differ between float32 and float64), so only the first is compared.
+    torch.manual_seed(f)
     shape = (5, 4, 6)
     features = torch.randn(*shape, f, device="cuda")
     steps = [torch.linspace(-1, 1, 2 * s - 1) for s in shape]  # planes and mid-cells
@@ -100,6 +102,7 @@ def test_faces_and_cell_planes(f, align_corners, padding):
 
 def test_odd_element_count_scalar_atomics():
     # A one-channel grid of 27 elements: the small-F kernel's scalar-atomic path, on rays.
+    torch.manual_seed(0)
     features = torch.randn(3, 3, 3, 1, device="cuda")
     check(features, ray_points(7, 90, seed=1, device="cuda"))
 
@@ -109,6 +112,7 @@ def test_odd_element_count_scalar_atomics():
 def test_half_precision_rays(dtype, f):
     # Runs summed in float32, then one atomic in the dtype per run: F = 3 rows are one value wide
     # (scalar half atomics), F = 16 rows two vectors of eight (16-byte vector atomics).
+    torch.manual_seed(f)
     features = torch.randn(9, 7, 8, f, device="cuda").to(dtype)
     points = ray_points(5, 80, seed=2, device="cuda")
     grad = torch.randn(points.shape[0], f, device="cuda").to(dtype)
