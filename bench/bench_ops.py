@@ -27,9 +27,9 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
     V1  total variation, R = 256, F = 16, float32: grid.total_variation forward+backward,
         and total_variation_add_grad_ (the gradient added into an existing one); vs the
         plain PyTorch definition (grid.reference.total_variation) forward+backward.
-    D1  the sample backward op alone (grads to features and points) under
-        torch.use_deterministic_algorithms(True), on S1's and S2's inputs; vs our default
-        (atomic) backward.
+    D1  the sample backward op alone under torch.use_deterministic_algorithms(True): on S1's
+        and S2's inputs (grads to features and points), and on S5's rays for F = 1, 2, 3, 4, 16
+        (grad to the grid only, S5's grids); vs our default (atomic) backward.
     E1  an eikonal training step (forward, grad_x by create_graph=True, loss
         (|grad_x f| - 1)^2 + |f|, backward through the double backward, Adam), R = 128,
         2^18 uniform points, F = 1 and F = 8 (f = the sum of the channels), linear and
@@ -77,6 +77,7 @@ from harness import (
 )
 from ops_other import bench_overhead, bench_total_variation, bench_trilinear
 from ops_sample import (
+    D1_S5_FEATURES,
     S5_FEATURES,
     bench_bf16,
     bench_cpu,
@@ -153,6 +154,8 @@ def target_specs() -> list[tuple]:
         ("D1", "bw_S1", "ratio", 2, "deterministic time <= 2x the atomic backward"),
         ("D1", "bw_S2", "ratio", 2, "deterministic time <= 2x the atomic backward"),
     ]
+    for f in D1_S5_FEATURES:
+        specs.append(("D1", f"bw_S5_F{f}", "ratio", 2, "deterministic <= 2x the atomic backward"))
     for f in E1_FEATURES:
         for i in E1_INTERPOLATIONS:
             specs.append(("E1", f"step_F{f}_{i}", "speedup", 5, ">= 5x the reference's steps/s"))

@@ -5,7 +5,8 @@ S4     S1 with bfloat16 features, vs our float32 S1 and vs F.grid_sample in bflo
 S5     the small-F sweep on one set of rays, forward+backward to the grid only
 C1     S1's measurement on the CPU (always), uniform points
 D1     the backward op alone under torch.use_deterministic_algorithms(True), vs the
-       default (atomic) backward, on S1's and S2's inputs
+       default (atomic) backward, on S1's and S2's inputs and on S5's rays (F = 1, 2, 3, 4, 16,
+       gradient to the grid only)
 """
 
 from __future__ import annotations
@@ -171,28 +172,45 @@ class deterministic:
         torch.use_deterministic_algorithms(self.old)
 
 
+# D1's F sweep on S5's rays (gradient to the grid only, as S5's forward+backward)
+D1_S5_FEATURES = (1, 2, 3, 4, 16)
+
+
 def bench_deterministic(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
-    """D1: the backward op alone (grads to features and points, after one forward), with
-    torch.use_deterministic_algorithms(True) against the default atomic path, on S1's and
-    S2's inputs. Checks: two deterministic runs bitwise equal, agreement with the atomic
-    gradient."""
+    """D1: the backward op alone (after one forward), with torch.use_deterministic_algorithms
+    (True) against the default atomic path: on S1's and S2's inputs with grads to features and
+    points, and on S5's rays for F in D1_S5_FEATURES with the grad to the grid only. Checks: two
+    deterministic runs bitwise equal, agreement with the atomic gradient."""
     rows = []
     for source in ("S1", "S2"):
         # the seed S1 / S2 themselves use, so D1 times their inputs
         base_seed = seed - seed_of(name) + seed_of(source)
-        rows.append(deterministic_row(ctx, name, source, size[source], base_seed))
+        case = SampleCase(ctx, size[source], base_seed, ctx.device)
+        rows.append(deterministic_row(ctx, name, source, source, case, point_grad=True))
+        del case
+        free_memory()
+    s5, s5_seed = size["S5"], seed - seed_of(name) + seed_of("S5")
+    points = make_points(s5, ctx.device, generator(ctx.device, s5_seed))
+    touched = touched_voxels(points, s5["r"])
+    for f in D1_S5_FEATURES:
+        case = small_f_case(ctx, s5, s5_seed, f, points, touched)  # S5's grid and grad_out
+        rows.append(deterministic_row(ctx, name, f"S5_F{f}", f"S5 F={f}", case, point_grad=False))
+        rows[-1]["f"] = f
+        del case
         free_memory()
     return rows
 
 
-def deterministic_row(ctx: Ctx, name: str, source: str, size: dict, seed: int) -> dict:
-    case = SampleCase(ctx, size, seed, ctx.device)
+def deterministic_row(
+    ctx: Ctx, name: str, key: str, label: str, case: SampleCase, point_grad: bool
+) -> dict:
     fg = case.features.detach().requires_grad_()
-    pg = case.points.detach().requires_grad_()
+    pg = case.points.detach().requires_grad_(point_grad)
+    inputs = [fg, pg] if point_grad else [fg]
     out = grid.sample(fg, pg)
 
     def bw():
-        return torch.autograd.grad(out, [fg, pg], case.grad, retain_graph=True)
+        return torch.autograd.grad(out, inputs, case.grad, retain_graph=True)
 
     atomic = bw()
     with deterministic():
@@ -203,14 +221,20 @@ def deterministic_row(ctx: Ctx, name: str, source: str, size: dict, seed: int) -
     check = {
         "bitwise_repeat_mismatches": float(mismatches),
         "grad_features_rel_err": rel_err(first[0], atomic[0]),
-        "grad_points_rel_err": rel_err(first[1], atomic[1]),
     }
-    nbytes = case.nbytes["fwbw"] - case.nbytes["fw"]
-    note = case.note + "; backward op alone, grads to features and points"
-    row = make_row(name, f"bw_{source}", f"bw {source} deterministic", ours, "ours atomic bw",
-                   base, nbytes, ctx.gbps(ctx.device), case.grid_mb, note)  # fmt: skip
     tol = {"bitwise_repeat_mismatches": 0, "grad_features_rel_err": 1e-5}
-    attach_check([row], check, {**tol, "grad_points_rel_err": 1e-5})
+    if point_grad:
+        nbytes = case.nbytes["fwbw"] - case.nbytes["fw"]
+        note = case.note + "; backward op alone, grads to features and points"
+        check["grad_points_rel_err"] = rel_err(first[1], atomic[1])
+        tol["grad_points_rel_err"] = 1e-5
+    else:  # read grad_out and the points, write the dense grad grid (as S5)
+        elem = case.features.element_size()
+        nbytes = case.n * (case.f * elem + 12) + case.r**3 * case.f * elem
+        note = f"F={case.f} " + case.note.replace("fw+bw: gradient", "backward op alone, gradient")
+    row = make_row(name, f"bw_{key}", f"bw {label} deterministic", ours, "ours atomic bw",
+                   base, nbytes, ctx.gbps(ctx.device), case.grid_mb, note)  # fmt: skip
+    attach_check([row], check, tol)
     return row
 
 

@@ -28,5 +28,18 @@ def random_points(shape, device, dtype=torch.float32, spread=1.3, generator=None
     return (torch.rand(*shape, 3, device=device, dtype=dtype, generator=generator) * 2 - 1) * spread
 
 
+def ray_points(n_rays: int, n_samples: int, seed: int, device) -> torch.Tensor:
+    """[n_rays * n_samples, 3], ray by ray (as a NeRF batch): each ray starts outside the grid
+    (radius 1.6), crosses it through a random point of [-0.9, 0.9]^3 and leaves it again; its
+    samples are evenly spaced along it, so consecutive points share cell corners."""
+    gen = torch.Generator().manual_seed(seed)
+    direction = torch.randn(n_rays, 3, generator=gen)
+    origin = direction / direction.norm(dim=1, keepdim=True) * 1.6
+    aim = (torch.rand(n_rays, 3, generator=gen) * 2 - 1) * 0.9
+    t = torch.linspace(0, 2, n_samples)
+    points = origin[:, None] + t[None, :, None] * (aim - origin)[:, None]
+    return points.reshape(-1, 3).to(device)
+
+
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol=1e-5, atol=1e-5) -> None:
     torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol)

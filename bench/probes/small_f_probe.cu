@@ -1,6 +1,7 @@
 // Variants of the small-F sample kernels (csrc/cuda/sample_small_f.cuh) for
-// bench/probes/small_f_probe.py: points per thread in the forward, vector or scalar atomics in the
-// backward. float32, align_corners=True, zeros padding, contiguous inputs.
+// bench/probes/small_f_probe.py: points per thread in the forward; in the backward, vector or
+// scalar atomics, with or without the warp's run sums (csrc/cuda/corner_runs.cuh). float32,
+// align_corners=True, zeros padding, contiguous inputs.
 #include <torch/extension.h>
 
 #include "cuda/sample_small_f.cuh"
@@ -23,7 +24,7 @@ at::Tensor forward(const at::Tensor& features, const at::Tensor& points, int64_t
       grid::prefer_l1<kernel>();
       kernel<<<grid::one_pass_blocks((N + kPer - 1) / kPer), grid::kThreads, 0, stream>>>(
           features.data_ptr<float>(), points.data_ptr<float>(), out.data_ptr<float>(),
-          shape_of(features), N, true, false);
+          shape_of(features), N, grid::Sampling{true, false, false});
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (per == 2)
@@ -35,26 +36,34 @@ at::Tensor forward(const at::Tensor& features, const at::Tensor& points, int64_t
 }
 
 at::Tensor backward(const at::Tensor& grad_out, const at::Tensor& features,
-                    const at::Tensor& points, bool vector) {
+                    const at::Tensor& points, bool vector, bool runs) {
   const int N = points.size(0);
   at::Tensor grad = at::empty_like(features);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(cudaMemsetAsync(grad.data_ptr(), 0, grad.nbytes(), stream));
   grid::dispatch_small_f(features.size(3), [&](auto fc) {
     constexpr int FC = decltype(fc)::value;
-    const auto launch = [&](auto kv) {
+    const auto launch = [&](auto kv, auto kr) {
       constexpr auto kernel =
-          grid::sample_backward_small_f_kernel<FC, decltype(kv)::value, true, false, int32_t>;
+          grid::sample_backward_small_f_kernel<FC, decltype(kv)::value, true, false,
+                                               decltype(kr)::value, int32_t>;
       grid::prefer_l1<kernel>();
       kernel<<<grid::one_pass_blocks(N), grid::kThreads, 0, stream>>>(
           grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
-          grad.data_ptr<float>(), nullptr, shape_of(features), N, true, false);
+          grad.data_ptr<float>(), nullptr, shape_of(features), N,
+          grid::Sampling{true, false, false});
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
+    const auto with_runs = [&](auto kv) {
+      if (runs)
+        launch(kv, std::true_type{});
+      else
+        launch(kv, std::false_type{});
+    };
     if (vector)
-      launch(std::true_type{});
+      with_runs(std::true_type{});
     else
-      launch(std::false_type{});
+      with_runs(std::false_type{});
   });
   return grad;
 }

@@ -2,8 +2,10 @@
 (CUDA only.)
 
 Times `bench/probes/small_f_probe.cu` (the kernels of csrc/cuda/sample_small_f.cuh with one or two
-points per thread in the forward, z-pair vector or scalar atomics in the backward) next to
-grid.sample's forward and backward op and F.grid_sample, for F = 1, 2, 3, 4.
+points per thread in the forward; in the backward z-pair vector or scalar atomics, with or without
+the warp's run sums of csrc/cuda/corner_runs.cuh) next to grid.sample's forward and backward op
+and F.grid_sample, for F = 1, 2, 3, 4; then the backward variants again on as many uniform
+points in the same grid (random order: what the run sums cost where nothing is shared).
 
     python bench/probes/small_f_probe.py [--json PATH]
 """
@@ -22,10 +24,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 from bench_ops import parse_args  # noqa: E402
 from harness import ROOT, Ctx, rel_err  # noqa: E402
 from ops_sample import small_f_case  # noqa: E402
-from workloads import FULL, generator, grid_sample, make_points, seed_of  # noqa: E402
+from workloads import FULL, generator, grid_sample, make_points, seed_of, uniform_points  # noqa: E402
 
 import grid  # noqa: E402
 from grid import _backend  # noqa: E402
+
+
+def backward_variants(probe, g, feats, points) -> dict:
+    """The small-F backward kernels (grid gradient only): atomics x run sums."""
+    return {
+        f"bw small-F {atomics}{' + runs' if runs else ''}": (
+            lambda vector=vector, runs=runs: probe.backward(g, feats, points, vector, runs)
+        )
+        for atomics, vector in (("vector atomics", True), ("scalar atomics", False))
+        for runs in (False, True)
+    }
+
+
+def time_uniform(ctx: Ctx, probe, case, lines: list[str]) -> dict:
+    """The backward variants on uniform points (as many as the rays), same grid and grad_out."""
+    f, feats, device = case.f, case.features, case.device
+    g = case.grad.reshape(-1, f)
+    points = uniform_points(g.shape[0], device, generator(device, 7))
+    ref_grad = torch.ops.grid.sample_backward(
+        g, feats, points, True, "zeros", "linear", [True, False]
+    )[0]
+    variants = {
+        "uniform: bw grid op (grid)": lambda: torch.ops.grid.sample_backward(
+            g, feats, points, True, "zeros", "linear", [True, False]
+        ),
+        **{f"uniform: {k}": v for k, v in backward_variants(probe, g, feats, points).items()},
+    }
+    rows = {}
+    for name, fn in variants.items():
+        stats = ctx.time(fn, device)
+        if "small-F" in name:
+            stats["rel_err"] = rel_err(fn(), ref_grad)
+        rows[name] = stats
+        err = f"  err {stats['rel_err']:.1e}" if "rel_err" in stats else ""
+        lines.append(f"F={f} {name:37s} {stats['median']:.4f} ms{err}")
+    return rows
 
 
 def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
@@ -49,8 +87,7 @@ def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
         "bw grid op (grid)": lambda: torch.ops.grid.sample_backward(
             g, feats, points, True, "zeros", "linear", [True, False]
         ),
-        "bw small-F vector atomics": lambda: probe.backward(g, feats, points, True),
-        "bw small-F scalar atomics": lambda: probe.backward(g, feats, points, False),
+        **backward_variants(probe, g, feats, points),
     }
     rows = {}
     for name, fn in variants.items():
@@ -60,7 +97,7 @@ def time_variants(ctx: Ctx, probe, case, lines: list[str]) -> dict:
             stats["rel_err"] = rel_err(fn(), want)
         rows[name] = stats
         err = f"  err {stats['rel_err']:.1e}" if "rel_err" in stats else ""
-        lines.append(f"F={f} {name:28s} {stats['median']:.4f} ms{err}")
+        lines.append(f"F={f} {name:37s} {stats['median']:.4f} ms{err}")
     return rows
 
 
@@ -88,6 +125,7 @@ def main() -> int:
     for f in (1, 2, 3, 4):
         case = small_f_case(ctx, size, seed, f, points, 0)
         result[f"F={f}"] = time_variants(ctx, probe, case, lines)
+        result[f"F={f}"].update(time_uniform(ctx, probe, case, lines))
     print(f"{result['device']} | torch {result['torch']} | S5 rays, R=160")
     print("\n".join(lines))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 // Launch configuration, vector loads and vector atomics shared by the CUDA kernels.
 #pragma once
 
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -187,6 +188,14 @@ void prefer_l1() {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                       cudaSharedmemCarveoutMaxL1));
   done.fetch_or(bit, std::memory_order_relaxed);
+}
+
+// A new CUDA tensor for a kernel to write in full. Under torch.use_deterministic_algorithms(True)
+// at::empty fills what it allocates (NaN, or the largest integer) so that reads of uninitialised
+// memory show; that is one more pass over every buffer (D1 on S1: about 230 MB), which a buffer
+// the kernels write before anything reads it does not need.
+inline at::Tensor unfilled_cuda(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::detail::empty_cuda(sizes, options);
 }
 
 // Blocks for one thread per item, no grid-stride loop.

@@ -1,8 +1,10 @@
 // CUDA backward of grid::sample. A group of threads per point, as in the forward, but split by
 // the z side of the cell: a thread reads and scatters the four corners of its side, so one warp
 // instruction covers both z-neighbours, which sit next to each other in the channels-last grid.
-// The feature gradient is scattered with 16-byte vector atomics straight into a grid of the
-// features' dtype; the point gradient is reduced over the group with warp shuffles. Under
+// The feature gradient is summed over runs of consecutive points that share a voxel inside the
+// warp (corner_runs.cuh: ray-ordered points share corners), then scattered with 16-byte vector
+// atomics straight into a grid of the features' dtype, one per run; the point gradient is
+// reduced over the group with warp shuffles. Under
 // torch.use_deterministic_algorithms(True) the feature gradient comes from the atomic-free
 // sample_backward_deterministic.cu instead.
 #include <ATen/Context.h>
@@ -13,6 +15,7 @@
 #include <tuple>
 
 #include "checks.h"
+#include "corner_runs.cuh"
 #include "cuda_utils.cuh"
 #include "dispatch.h"
 #include "sample_backward_deterministic.cuh"
@@ -25,7 +28,12 @@ namespace {
 constexpr int kBackwardBlocks = 3;
 
 // Threads 2^plog * dz + c of a point's group handle vectors c, c + 2^plog, ... of the four
-// corners on z side dz (corners 2j + dz).
+// corners on z side dz (corners 2j + dz). With kRuns (float accumulation: kSumRuns), the
+// feature gradient is summed over runs of consecutive points that share a voxel before the
+// atomics (corner_runs.cuh), in a second loop after the point gradient (one loop for both held
+// 78 instead of 64 registers for float4 rows); the lane 2^glog further holds the next point with
+// the same side and vector. Lanes past the last point stay for those shuffles and touch nothing.
+// Without kRuns, one atomic per corner and vector, in the point gradient's loop.
 template <typename scalar_t, typename point_t, typename index_t, int V, bool kFeatures,
           bool kPoints>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_kernel(
@@ -36,23 +44,27 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
     point_t* __restrict__ grad_points,      // [N, 3] (kPoints)
     GridShape shape, index_t N, int plog, Sampling mode) {
   using acc_t = acc_type<scalar_t>;
+  constexpr bool kRuns = kFeatures && kSumRuns<acc_t, index_t, V>;
   const index_t F = shape.F, vectors = F / V;
   const index_t sx = shape.stride[0], sy = shape.stride[1], sz = shape.stride[2];
   const int glog = plog + 1;
   const unsigned mask = group_mask(glog);
   const index_t i = blockIdx.x * index_t(blockDim.x) + threadIdx.x;
   const index_t n = i >> glog;
-  if (n >= N) return;  // whole groups: the last block holds only whole points
+  const bool active = n < N;  // whole groups: a point's lanes agree
+  if (!kRuns && !active) return;
   const int lane = i & ((1 << glog) - 1);
   const int dz = lane >> plog;
-  const Cell<acc_t, index_t> cell = locate_cell<acc_t, index_t>(points + 3 * n, shape, mode);
+  Cell<acc_t, index_t> cell =
+      locate_cell<acc_t, index_t>(points + 3 * (active ? n : 0), shape, mode);
+  if (!active) cell.inside = 0, cell.any = false;
   const acc_t u = cell.axis[0].frac, v_ = cell.axis[1].frac, w_ = cell.axis[2].frac;
   // This side's z weight, placed where corner_weight_grad reads the z = 0 side (indexing wz by
   // the run-time dz would put the arrays in local memory); the z derivative flips on side 1.
   const acc_t wx[2] = {1 - u, u}, wy[2] = {1 - v_, v_}, wz[2] = {dz ? w_ : 1 - w_, 0};
   const acc_t z_sign = dz ? acc_t(-1) : acc_t(1);
   acc_t grad[3] = {0, 0, 0};  // d loss / d(u, v, w), over this thread's channels and corners
-  if (cell.any) {
+  if (cell.any && (kPoints || !kRuns)) {
 #pragma unroll 1  // one vector per thread is the common case; unrolling only costs registers
     for (index_t c = lane & ((1 << plog) - 1); c < vectors; c += (1 << plog)) {
       const index_t side = cell.offset(0, sx, sy, sz) + dz * sz + c * V;  // corner dz
@@ -79,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
           for (int a = 0; a < 3; ++a) grad[a] += dweight[a] * dot;
         }
       }
-      if constexpr (kFeatures) {
+      if constexpr (kFeatures && !kRuns) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (!cell.valid(2 * j + dz)) continue;
@@ -96,10 +108,38 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   if constexpr (kPoints) {
 #pragma unroll
     for (int a = 0; a < 3; ++a) grad[a] = group_sum(grad[a], mask, glog);
-    if (lane == 0) {
+    if (active && lane == 0) {
 #pragma unroll
       for (int a = 0; a < 3; ++a)
         grad_points[3 * n + a] = static_cast<point_t>(grad[a] * cell.axis[a].dindex);
+    }
+  }
+  if constexpr (kRuns) {
+    const index_t i0[3] = {cell.axis[0].i0, cell.axis[1].i0, cell.axis[2].i0};
+    const acc_t t[3] = {u, v_, w_};
+    // The same trip count on every lane of the warp (the run sums shuffle across it); the
+    // grad_out row is read again, from L1.
+#pragma unroll 1
+    for (index_t c0 = 0; c0 < vectors; c0 += (1 << plog)) {
+      const index_t c = c0 + (lane & ((1 << plog) - 1));
+      const bool has = cell.any && c < vectors;
+      acc_t g[V];
+      if (has) {
+        widen<scalar_t, V>(load_raw<scalar_t, V>(grad_out + n * F + c * V), g);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) g[v] = 0;
+      }
+      acc_t acc[4][V];  // [corner 2j + dz][channel]: this point's part, or its run's sum
+      const unsigned write =
+          sum_corner_runs<4, true>(i0, t, has ? cell.inside : 0u, g, dz, 1 << glog, acc);
+      const index_t side = cell.offset(0, sx, sy, sz) + dz * sz + c * V;  // corner dz
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!((write >> (2 * j + dz)) & 1u)) continue;
+        atomic_add_vec<V>(grad_features + side + corner_dx(2 * j) * sx + corner_dy(2 * j) * sy,
+                          acc[j]);
+      }
     }
   }
 }
@@ -107,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
 // float32 grids of one channel take the one-thread-per-point kernel of sample_small_f.cuh:
 // z-pair vector atomics, S5 F = 1 backward 0.118 -> 0.098 ms on an H100. For F = 2..4 it
 // measured slower than the kernels below (F = 3: 0.259 against 0.212 ms): fewer atomics, but
-// a thread per point has less in flight than 4-8 threads per point whose atomics coalesce.
+// a thread per point has less in flight than 4-8 threads per point whose atomics coalesce (both
+// before the run sums; bench/probes/small_f_probe.py times the small-F kernel with them).
 bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at::Tensor& grad_out) {
   return features.scalar_type() == at::kFloat && points.scalar_type() == at::kFloat &&
          features.size(3) == 1 &&
@@ -141,8 +182,10 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       deterministic ? sample_grad_features_deterministic(grad_out, features, points, mode)
                     : masked_output(want_features, features.sizes(),
                                     features.options());  // [X, Y, Z, F]
-  at::Tensor grad_points =
-      masked_output(want_points, points_in.sizes(), points_in.options());  // [..., 3]
+  // [..., 3]; the kernels write every element, so deterministic mode need not fill it first
+  at::Tensor grad_points = want_points
+                               ? unfilled_cuda(points_in.sizes(), points_in.options())
+                               : masked_output(false, points_in.sizes(), points_in.options());
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (want_features)  // all-zero bits are 0.0 in every float dtype; faster than a fill kernel
     C10_CUDA_CHECK(cudaMemsetAsync(grad_features.data_ptr(), 0, grad_features.nbytes(), stream));
@@ -153,7 +196,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       const auto launch = [&](auto kv) {
         constexpr auto kernel =
             sample_backward_small_f_kernel<1, decltype(kv)::value, decltype(kf)::value,
-                                           decltype(kp)::value, int32_t>;
+                                           decltype(kp)::value, true, int32_t>;
         prefer_l1<kernel>();
         kernel<<<one_pass_blocks(N), kThreads, 0, stream>>>(
             grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
