@@ -33,7 +33,9 @@ from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, writing
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
+from ..metrics import LaggedValues
 from ..schema import as_resolution
+from ..step_graph import use_graphs
 from .evaluation import Evaluation
 from .fields import band_points, laplacian_energy, point_areas, winding_numbers
 from .mesh import Mesh, write_ply
@@ -246,10 +248,14 @@ class SdfExperiment(GridSchedule):
         if c.grid.init == "points":
             gen_init = torch.Generator().manual_seed(c.seed)
             points_init(self.model, self.cloud, gen_init, c.sdf.init_sign)
-        self.start_voxel = voxel_size(self.model)
-        self.optimizer = make_optimizer(self.model, c)
+        self._voxel: tuple[tuple[int, int, int], float] | None = None  # (resolution, size)
+        self.start_voxel = self.voxel()
+        self.graphed = use_graphs(c, device)  # steps as CUDA graph replays (train/step_graph.py)
+        self.optimizer = make_optimizer(self.model, c, self.graphed)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
-        self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
+        self.bar_terms = LaggedValues()  # read for the progress bar without a synchronisation
+        self.last: tuple[Any, dict[str, Any]] | None = None  # (grid state, evaluation)
+        self.step = -1  # the step begin_step last began
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss, loss): the weighted sum of the terms on this step's batch. The whole
@@ -262,7 +268,7 @@ class SdfExperiment(GridSchedule):
         near = round(sd.band_fraction * t.eikonal_points)
         uniform = uniform_points(t.eikonal_points - near, self.lo, self.hi, self.gen)
         if near:
-            std = sd.band_width * voxel_size(self.model)
+            std = sd.band_width * self.voxel()
             band = band_points(self.cloud.points, near, std, self.gen)
             uniform = torch.cat([band.clamp(self.lo, self.hi), uniform])
         uniform = uniform[self.uniform_rows]
@@ -272,22 +278,32 @@ class SdfExperiment(GridSchedule):
         if t.tv_weight:
             loss = loss + t.tv_weight * self.model.total_variation()
         if sd.smooth_weight:
-            h = voxel_size(self.model)
-            loss = loss + laplacian_energy(self.model.features, sd.smooth_weight, h)
+            loss = loss + laplacian_energy(self.model.features, sd.smooth_weight, self.voxel())
         self.terms = torch.stack(terms).detach()
         return loss, loss.detach()
 
+    def voxel(self) -> float:
+        """`voxel_size(self.model)`, read from the box once per resolution (a synchronisation
+        on CUDA, which a captured step may not make)."""
+        resolution = self.model.resolution
+        if self._voxel is None or self._voxel[0] != resolution:
+            self._voxel = (resolution, voxel_size(self.model))
+        return self._voxel[1]
+
     def begin_step(self, step: int) -> None:
+        self.step = step  # what evaluate() caches on
+        super().begin_step(step)
+
+    def step_learning_rate(self, step: int) -> float:
         """The learning rate of `train.lr`'s decay, times the voxel size relative to the
         start's with `sdf.lr_scale = "voxel"`."""
-        super().begin_step(step)
+        lr = super().step_learning_rate(step)
         if self.config.sdf.lr_scale == "voxel":
-            scale = voxel_size(self.model) / self.start_voxel
-            for group in self.optimizer.param_groups:
-                group["lr"] *= scale
+            lr *= self.voxel() / self.start_voxel
+        return lr
 
     def progress(self, loss: float) -> dict[str, str]:
-        surface, normal, eikonal = self.terms.tolist()
+        surface, normal, eikonal = self.bar_terms.read(self.terms)
         return {
             "loss": f"{loss:.2e}",
             "f2": f"{surface:.1e}",
@@ -297,7 +313,9 @@ class SdfExperiment(GridSchedule):
 
     def evaluate(self, train_seconds: float) -> dict[str, Any]:
         # The summary evaluates the grid the last step's evaluation saw: measured once.
-        version = (self.model.features._version, self.model.resolution)
+        # the step, not the grid's version counter: CUDA graph replays update the grid
+        # without counting (train/step_graph.py)
+        version = (self.step, self.model.resolution)
         if self.last is None or self.last[0] != version:
             self.last = (version, self.evaluation(self.model, self.interpolation))
         return dict(self.last[1])
