@@ -97,13 +97,26 @@ struct Sampling {
   double shift_d[3] = {0, 0, 0};
 };
 
-GRID_HD void box_map(const Sampling& mode, int axis, float& scale, float& shift) {
-  scale = mode.scale_f[axis];
-  shift = mode.shift_f[axis];
+// The box's scale and shift on `axis` in the precision of the coordinates (acc_t).
+template <typename acc_t>
+GRID_HD acc_t box_scale(const Sampling& mode, int axis);
+template <>
+GRID_HD float box_scale<float>(const Sampling& mode, int axis) {
+  return mode.scale_f[axis];
 }
-GRID_HD void box_map(const Sampling& mode, int axis, double& scale, double& shift) {
-  scale = mode.scale_d[axis];
-  shift = mode.shift_d[axis];
+template <>
+GRID_HD double box_scale<double>(const Sampling& mode, int axis) {
+  return mode.scale_d[axis];
+}
+template <typename acc_t>
+GRID_HD acc_t box_shift(const Sampling& mode, int axis);
+template <>
+GRID_HD float box_shift<float>(const Sampling& mode, int axis) {
+  return mode.shift_f[axis];
+}
+template <>
+GRID_HD double box_shift<double>(const Sampling& mode, int axis) {
+  return mode.shift_d[axis];
 }
 
 // x * scale + shift with one rounding, as torch.addcmul computes it on the CPU.
@@ -144,11 +157,8 @@ template <typename acc_t, typename index_t = int64_t>
 GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, const Sampling& mode,
                                              int axis) {
   AxisCell<acc_t, index_t> a;
-  acc_t scale = 1, shift = 0;
-  if (mode.world) {
-    box_map(mode, axis, scale, shift);
-    coord = fma_(coord, scale, shift);
-  }
+  // The box's numbers are read where they are used (kernel parameters: no register kept).
+  if (mode.world) coord = fma_(coord, box_scale<acc_t>(mode, axis), box_shift<acc_t>(mode, axis));
   acc_t index, dindex;
   if (mode.align_corners) {
     index = (coord + 1) / 2 * acc_t(size - 1);
@@ -157,7 +167,7 @@ GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, const Sa
     index = ((coord + 1) * acc_t(size) - 1) / 2;
     dindex = acc_t(size) / 2;
   }
-  if (mode.world) dindex *= scale;  // d index / d world coordinate
+  if (mode.world) dindex *= box_scale<acc_t>(mode, axis);  // d index / d world coordinate
   a.outside = false;
   if (mode.border) {
     const acc_t hi = acc_t(size - 1);

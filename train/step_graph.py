@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .distributed import World
 
 WARMUP = 2  # eager steps at each resolution before the capture
+MODE = "thread_local"  # the capture's error mode (torch.cuda.graph)
 
 
 def use_graphs(config: Config, device: torch.device) -> bool:
@@ -143,14 +144,18 @@ class GraphedStep:
         try:
             first = torch.cuda.CUDAGraph()
             first.register_generator_state(exp.gen)  # replays draw fresh batches from `gen`
-            with torch.cuda.graph(first, stream=self.stream):
+            # thread_local: other threads' CUDA calls (NCCL's watchdog under torchrun) stay
+            # legal while this thread captures
+            with torch.cuda.graph(first, stream=self.stream, capture_error_mode=MODE):
                 self.value = forward_backward(exp)
                 if together:
                     exp.optimizer.step()
             self.graphs = [first]
             if not together:  # the gradient averaging stays eager, between the two graphs
                 second = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(second, pool=first.pool(), stream=self.stream):
+                with torch.cuda.graph(
+                    second, pool=first.pool(), stream=self.stream, capture_error_mode=MODE
+                ):
                     exp.optimizer.step()
                 self.graphs.append(second)
         except torch.OutOfMemoryError:

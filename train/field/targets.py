@@ -105,7 +105,7 @@ class Density(Target):
         ):
             lines.append(
                 f"dx = x - {f32(cx)}; dy = y - {f32(cy)}; dz = z - {f32(cz)}; "
-                f"envelope += {f32(a)} * ::expf((dx * dx + dy * dy + dz * dz) * {f32(w)});"
+                f"envelope += {f32(a)} * ::exp((dx * dx + dy * dy + dz * dz) * {f32(w)});"
             )
         r, phase = self.rotation.cpu().tolist(), self.phase.cpu().tolist()
         k = f32(torch.tensor(self.k, dtype=torch.float32))
@@ -115,10 +115,10 @@ class Density(Target):
                 f"z * {f32(r[i][2])}) * {k} + {f32(phase[i])};"
             )
         lines += [
-            "const float gyroid = ::sinf(qx) * ::cosf(qy) + ::sinf(qy) * ::cosf(qz) + "
-            "::sinf(qz) * ::cosf(qx);",
+            "const float gyroid = ::sin(qx) * ::cos(qy) + ::sin(qy) * ::cos(qz) + "
+            "::sin(qz) * ::cos(qx);",
             f"const float s = gyroid / {f32(self.thickness)};",
-            f"return envelope * ({f32(1 - self.detail)} + {f32(self.detail)} * ::expf(-(s * s)));",
+            f"return envelope * ({f32(1 - self.detail)} + {f32(self.detail)} * ::exp(-(s * s)));",
         ]
         body = "\n  ".join(lines)
         return f"template <typename T> T density_field(T x, T y, T z) {{\n  {body}\n}}"
