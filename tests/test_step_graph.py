@@ -84,6 +84,25 @@ def test_fit_optimizer_keeps_an_eager_state_as_it_is():
         assert torch.equal(a, b) and a.device == b.device
 
 
+def test_a_graph_checkpoints_optimiser_resumes_op_by_op_on_the_cpu():
+    """What a captured CUDA run saves (fused, capturable, a tensor learning rate, float32
+    step counters) loads into the CPU's op-by-op Adam and steps."""
+    exp = trained_experiment(CPU, graphed=False)
+    state = exp.optimizer.state_dict()
+    for group in state["param_groups"]:
+        group.update(lr=torch.tensor(group["lr"]), capturable=True, fused=True)
+    other = trained_experiment(CPU, graphed=False)
+    other.optimizer.load_state_dict(state)
+    fit_optimizer(other.optimizer, graphed=False)
+    group = other.optimizer.param_groups[0]
+    assert isinstance(group["lr"], float)  # begin_step sets every step's value
+    assert (group["capturable"], group["fused"], group["foreach"]) == (False, None, None)
+    step = other.optimizer.state[other.model.features]["step"]
+    assert step.device.type == "cpu" and step.dtype == torch.float32
+    other.begin_step(3)
+    eager_step(other, SINGLE)
+
+
 def test_lagged_values_on_the_cpu_are_current():
     assert LaggedValues().read(torch.tensor([1.5, 2.0])) == [1.5, 2.0]
 
