@@ -24,6 +24,8 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
         call (many calls back to back, then one synchronize): grid.sample forward and
         forward+backward, VoxelGrid forward, and grid.sample on 0 points (the custom-op
         dispatch floor); vs F.grid_sample. On the GPU device and on the CPU with 1 thread.
+        Also VoxelGrid forward against grid.sample forward (its wrapper's cost), with the
+        grid not requiring and requiring grad (the latter is what VoxelGrid calls).
     V1  total variation, R = 256, F = 16, float32: grid.total_variation forward+backward,
         and total_variation_add_grad_ (the gradient added into an existing one); vs the
         plain PyTorch definition (grid.reference.total_variation) forward+backward.
@@ -35,6 +37,9 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
         2^18 uniform points, F = 1 and F = 8 (f = the sum of the channels), linear and
         smoothstep; vs the same step on grid.reference.sample (gather + weights, second
         order through autograd), and vs F.grid_sample where it has a double backward.
+    L1  the fitting loop's field step (bench/bench_loop.py): configs/density_256.toml at
+        256^3 with 2^20 points (steps/s) and configs/default.toml (points/s), captured as a
+        CUDA graph (the default on CUDA) and op by op; vs the step before issue 21.
 
 Every time is a median over repetitions. On the GPU two timings per row: queued (CUDA
 events around kernels enqueued back to back behind a GPU sleep: the kernels' time) and
@@ -47,8 +52,8 @@ bench/results/bench.json and bench.md).
 
 Code: bench/harness.py (timing, rows, targets, tables, JSON; shared with the other
 benchmarks), bench/workloads.py (sizes, seeds, inputs), bench/ops_sample.py (S1-S5, C1, D1),
-bench/ops_other.py (P1, P2, O1, V1), bench/bench_steps.py (T1, E1); this file holds the
-command line and the targets.
+bench/ops_other.py (P1, P2, O1, V1), bench/bench_steps.py (T1, E1), bench/bench_loop.py (L1);
+this file holds the command line and the targets.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from bench_loop import bench_loop
 from bench_steps import E1_FEATURES, E1_INTERPOLATIONS, bench_eikonal, bench_train
 from harness import (
     ROOT,
@@ -103,6 +109,7 @@ BENCHES = {
     "V1": bench_total_variation,
     "D1": bench_deterministic,
     "E1": bench_eikonal,
+    "L1": bench_loop,
 }
 
 
@@ -117,6 +124,7 @@ SYNCED_VERDICTS = (
     {("T1", "step")}
     | {("S5", f"fwbw_F{f}") for f in (1, 2, 3, 4, 8, 12, 16, 32)}
     | {("E1", f"step_F{f}_{i}") for f in E1_FEATURES for i in E1_INTERPOLATIONS}
+    | {("L1", "density_256_graph"), ("L1", "default_graph")}
 )
 
 
@@ -149,6 +157,8 @@ def target_specs() -> list[tuple]:
         ("O1", "fwbw", "speedup", 1, "host cost per call <= F.grid_sample's"),
         ("O1", "fw_cpu", "speedup", 1, "cost per call (1 thread) <= F.grid_sample's"),
         ("O1", "fwbw_cpu", "speedup", 1, "cost per call (1 thread) <= F.grid_sample's"),
+        ("O1", "module_vs_fw", "ratio", 1.3, "VoxelGrid fw <= 1.3x grid.sample fw per call"),
+        ("O1", "module_vs_fw_cpu", "ratio", 1.3, "VoxelGrid fw <= 1.3x grid.sample fw (1 thread)"),
         ("V1", "fwbw", "pct", 0.5, ">= 50% of the byte floor"),
         ("V1", "add_grad", "pct", 0.5, ">= 50% of the byte floor"),
         ("D1", "bw_S1", "ratio", 2, "deterministic time <= 2x the atomic backward"),
@@ -159,6 +169,10 @@ def target_specs() -> list[tuple]:
     for f in E1_FEATURES:
         for i in E1_INTERPOLATIONS:
             specs.append(("E1", f"step_F{f}_{i}", "speedup", 5, ">= 5x the reference's steps/s"))
+    specs += [
+        ("L1", "density_256_graph", "speedup", 1.5, ">= 1.5x the steps/s of the step before"),
+        ("L1", "default_graph", "speedup", 5, ">= 5x the points/s of the step before"),
+    ]
     return specs
 
 

@@ -23,6 +23,14 @@
 # all-reduce's share of the 2-GPU step at the final resolution). Before the runs,
 # bench/multi_step.py times one density_256 step at 256^3 (host vs wall) on 1 and 2
 # processes for each of PROBE_BATCHES (default 1048576 4194304; PROBE_BATCHES= skips it).
+#   bash bench/gpu.sh loop [extra --set KEY=VALUE...]
+# `loop`: configs/default.toml and configs/density_256.toml (LOOP_CONFIGS) trained with
+# train.cuda_graph = auto (captured steps) and off (op by op): PSNR, points/s, steps/s and
+# times from each summary, in $OUT/loop.log.
+#   bash bench/gpu.sh steps
+# `steps` (a host with 2 GPUs): bench/multi_step.py alone (the host-vs-wall probe of `multi`,
+# with CPU time, context switches and busy threads per rank, and pinned ranks), in
+# $OUT/steps.log; PROBE_BATCHES and PROBE_ARGS as for `multi`.
 #   bash bench/gpu.sh wheel
 # `wheel`: the release check. The sdist, then a wheel built from it with the installed torch
 # (pip wheel --no-build-isolation --no-deps: CUDA kernels for TORCH_CUDA_ARCH_LIST), installed
@@ -36,6 +44,25 @@
 # and the run directory stay in WHEEL_DIR (default /tmp/grid_wheel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+# bench/multi_step.py for each of PROBE_BATCHES on 1 process, 1 process with one CPU thread
+# (as torchrun sets for 2), 2 processes, and 2 processes pinned to disjoint CPUs (--pin);
+# PROBE_ARGS go to every run (e.g. "--cuda-graph off --formula-target": the step before
+# issue 21). One JSON line per rank; $1: where the JSON files go, $2: the log.
+step_probe() {
+  for batch in ${PROBE_BATCHES-1048576 4194304}; do
+    for n in 1 1t 2 2p; do
+      launch="python3" pin=""
+      [ "$n" = 1t ] && launch="env OMP_NUM_THREADS=1 python3"
+      [ "${n:0:1}" = 2 ] && launch="python3 -m torch.distributed.run --standalone --nproc_per_node=2"
+      [ "$n" = 2p ] && pin="--pin"
+      echo "multi_step: batch $batch, $n" | tee -a "$2"
+      # shellcheck disable=SC2086  # launch, pin and PROBE_ARGS are word lists
+      $launch bench/multi_step.py --batch-size "$batch" --json "$1/step-$batch-$n.json" $pin \
+        ${PROBE_ARGS:-} 2>&1 | grep -v "^\*\*\*\|OMP_NUM_THREADS" | tee -a "$2" | grep "^{"
+    done
+  done
+}
 what=${1:-all}
 shift || true
 OUT=${OUT:-bench/results}
@@ -123,16 +150,7 @@ if [ "$what" = multi ]; then
     --json "$OUT/allreduce.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
   cat "$OUT/allreduce.md" 2>/dev/null
   # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes
-  for batch in ${PROBE_BATCHES-1048576 4194304}; do
-    for n in 1 1t 2; do  # 1t: one process with one CPU thread, as torchrun sets for 2
-      launch="python3"
-      [ "$n" = 1t ] && launch="env OMP_NUM_THREADS=1 python3"
-      [ "$n" = 2 ] && launch="python3 -m torch.distributed.run --standalone --nproc_per_node=$n"
-      # shellcheck disable=SC2086  # launch is a word list
-      $launch bench/multi_step.py --batch-size "$batch" --json "$runs/step-$batch-$n.json" \
-        ${PROBE_ARGS:-} 2>&1 | grep -v "^\*\*\*\|OMP_NUM_THREADS" | tee -a "$OUT/multi.log" | tail -n 1
-    done
-  done
+  step_probe "$runs" "$OUT/multi.log"
   for config in ${MULTI_CONFIGS:-density_256 nerf_scene_gpu}; do
     extra=$([ "$config" = density_256 ] && echo "${DENSITY_SET:-}" || echo "${NERF_SET:-}")
     for n in 1 2; do
@@ -149,6 +167,33 @@ if [ "$what" = multi ]; then
     python3 bench/multi_table.py "$runs" "$OUT/allreduce.json" "$OUT/multi.json" \
       "$OUT/multi.md" >>"$OUT/multi.log" 2>&1 || status=1
     cat "$OUT/multi.md"
+  done
+fi
+if [ "$what" = steps ]; then
+  runs=${MULTI_RUNS:-/tmp/multi_runs}
+  mkdir -p "$runs"
+  : >"$OUT/steps.log"
+  nvidia-smi topo -m 2>&1 | tee -a "$OUT/steps.log"
+  nproc | sed 's/^/CPUs: /' | tee -a "$OUT/steps.log"
+  step_probe "$runs" "$OUT/steps.log"
+  cp "$runs"/step-*.json "$OUT/" 2>/dev/null
+fi
+if [ "$what" = loop ]; then
+  runs=${LOOP_RUNS:-/tmp/loop_runs}
+  rm -rf "$runs"
+  : >"$OUT/loop.log"
+  for config in ${LOOP_CONFIGS:-default density_256}; do
+    for mode in auto off; do
+      python3 -m train --config "configs/$config.toml" --out "$runs/$config-$mode" \
+        --set train.cuda_graph=$mode --set output.pictures=false --set output.progress=false \
+        "$@" >>"$OUT/loop.log" 2>&1 || status=1
+      python3 -c "import json, sys; s = json.load(open(sys.argv[1]))
+r = s['steps'] / s['train_seconds']
+print(f\"{sys.argv[2]:12s} cuda_graph={sys.argv[3]:4s} graphed={s.get('cuda_graph')} psnr {s['psnr']:.3f} dB  \"
+      f\"{s['points_per_second'] / 1e6:.1f}M points/s  {r:.1f} steps/s  train {s['train_seconds']:.2f} s  \"
+      f\"whole {s['seconds']:.2f} s\")" "$runs/$config-$mode/summary.json" "$config" "$mode" \
+        | tee -a "$OUT/loop.log"
+    done
   done
 fi
 if [ "$what" = wheel ]; then

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from grid import reference
 
-WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1")
+WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1", "L1")
 
 # name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.
 FULL = {
@@ -31,6 +31,7 @@ FULL = {
         "S5": {"r": 160, "rays": (8192, 192)},
     },
     "E1": {"r": 128, "n": 2**18},
+    "L1": {"density_256": {"r": 256, "n": 2**20}, "default": {"r": 96, "n": 65536}},
 }
 QUICK = {
     "P1": {"n": 16384, "f": 64},
@@ -50,6 +51,7 @@ QUICK = {
         "S5": {"r": 48, "rays": (256, 64)},
     },
     "E1": {"r": 32, "n": 2**12},
+    "L1": {"density_256": {"r": 32, "n": 2**13}, "default": {"r": 24, "n": 2**12}},
 }
 
 

@@ -22,40 +22,45 @@ using torch::autograd::variable_list;
 using Tensor = at::Tensor;
 
 // The registered ops, called through the dispatcher (below Autograd inside the Functions).
+using Bounds = std::optional<c10::ArrayRef<double>>;  // grid.sample's world box, or none
+
 Tensor sample_op(const Tensor& features, const Tensor& points, bool align_corners,
-                 c10::string_view padding, c10::string_view interpolation) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("grid::sample", "")
-          .typed<Tensor(const Tensor&, const Tensor&, bool, c10::string_view, c10::string_view)>();
-  return op.call(features, points, align_corners, padding, interpolation);
+                 c10::string_view padding, c10::string_view interpolation, Bounds bounds) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::sample", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, bool, c10::string_view,
+                                           c10::string_view, Bounds)>();
+  return op.call(features, points, align_corners, padding, interpolation, bounds);
 }
 
 std::tuple<Tensor, Tensor> sample_backward_op(const Tensor& grad_out, const Tensor& features,
                                               const Tensor& points, bool align_corners,
                                               c10::string_view padding,
                                               c10::string_view interpolation,
-                                              std::array<bool, 2> mask) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("grid::sample_backward", "")
-                             .typed<std::tuple<Tensor, Tensor>(
-                                 const Tensor&, const Tensor&, const Tensor&, bool,
-                                 c10::string_view, c10::string_view, std::array<bool, 2>)>();
-  return op.call(grad_out, features, points, align_corners, padding, interpolation, mask);
+                                              std::array<bool, 2> mask, Bounds bounds) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::sample_backward", "")
+          .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, bool,
+                                            c10::string_view, c10::string_view, std::array<bool, 2>,
+                                            Bounds)>();
+  return op.call(grad_out, features, points, align_corners, padding, interpolation, mask, bounds);
 }
 
 std::tuple<Tensor, Tensor, Tensor> sample_double_backward_op(
     const std::optional<Tensor>& grad_grad_features, const std::optional<Tensor>& grad_grad_points,
     const Tensor& grad_out, const Tensor& features, const Tensor& points, bool align_corners,
-    c10::string_view padding, c10::string_view interpolation, std::array<bool, 3> mask) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("grid::sample_double_backward", "")
-                             .typed<std::tuple<Tensor, Tensor, Tensor>(
-                                 const std::optional<Tensor>&, const std::optional<Tensor>&,
-                                 const Tensor&, const Tensor&, const Tensor&, bool,
-                                 c10::string_view, c10::string_view, std::array<bool, 3>)>();
+    c10::string_view padding, c10::string_view interpolation, std::array<bool, 3> mask,
+    Bounds bounds) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::sample_double_backward", "")
+          .typed<std::tuple<Tensor, Tensor, Tensor>(
+              const std::optional<Tensor>&, const std::optional<Tensor>&, const Tensor&,
+              const Tensor&, const Tensor&, bool, c10::string_view, c10::string_view,
+              std::array<bool, 3>, Bounds)>();
   return op.call(grad_grad_features, grad_grad_points, grad_out, features, points, align_corners,
-                 padding, interpolation, mask);
+                 padding, interpolation, mask, bounds);
 }
 
 Tensor trilinear_op(const Tensor& corners, const Tensor& local) {
@@ -116,6 +121,19 @@ Tensor grad_or_none(bool wanted, const Tensor& grad) {
   return wanted ? grad : Tensor();
 }
 
+// The world box kept for the backward: a list of 6 doubles, or None.
+c10::IValue save_bounds(Bounds bounds) {
+  if (!bounds.has_value()) return c10::IValue();
+  return c10::IValue(bounds->vec());
+}
+
+// The saved box as the ops take it. `storage` owns the numbers while the returned view is used.
+Bounds saved_bounds(const c10::IValue& saved, std::vector<double>& storage) {
+  if (saved.isNone()) return std::nullopt;
+  storage = saved.toDoubleVector();
+  return c10::ArrayRef<double>(storage);
+}
+
 // ---- double backward -------------------------------------------------------------------------
 
 [[noreturn]] void no_double_backward(const char* op) {
@@ -133,7 +151,8 @@ std::optional<Tensor> incoming(const Tensor& grad, bool computed) {
 struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& grad_out, const Tensor& features,
                                const Tensor& points, bool align_corners, c10::string_view padding,
-                               c10::string_view interpolation, std::array<bool, 2> mask) {
+                               c10::string_view interpolation, std::array<bool, 2> mask,
+                               Bounds bounds) {
     ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (zero)
     ctx->save_for_backward({grad_out, features, points});
     ctx->saved_data["align_corners"] = align_corners;
@@ -141,9 +160,10 @@ struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction
     ctx->saved_data["interpolation"] = std::string(interpolation);
     ctx->saved_data["mask0"] = mask[0];
     ctx->saved_data["mask1"] = mask[1];
+    ctx->saved_data["bounds"] = save_bounds(bounds);
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [grad_features, grad_points] =
-        sample_backward_op(grad_out, features, points, align_corners, padding, interpolation, mask);
+    auto [grad_features, grad_points] = sample_backward_op(
+        grad_out, features, points, align_corners, padding, interpolation, mask, bounds);
     return {grad_features, grad_points};
   }
 
@@ -155,14 +175,17 @@ struct SampleBackwardFunction : torch::autograd::Function<SampleBackwardFunction
     const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                       ctx->needs_input_grad(2)};
     if (!(gg_features || gg_points) || !(mask[0] || mask[1] || mask[2]))
-      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    std::vector<double> box;
     auto [grad_grad_out, grad_features, grad_points] = sample_double_backward_op(
         gg_features, gg_points, saved[0], saved[1], saved[2],
         ctx->saved_data["align_corners"].toBool(), ctx->saved_data["padding"].toStringRef(),
-        ctx->saved_data["interpolation"].toStringRef(), mask);
+        ctx->saved_data["interpolation"].toStringRef(), mask,
+        saved_bounds(ctx->saved_data["bounds"], box));
     return {grad_or_none(mask[0], grad_grad_out),
             grad_or_none(mask[1], grad_features),
             grad_or_none(mask[2], grad_points),
+            Tensor(),
             Tensor(),
             Tensor(),
             Tensor(),
@@ -212,14 +235,14 @@ std::tuple<Tensor, Tensor> sample_backward_autograd(const Tensor& grad_out, cons
                                                     const Tensor& points, bool align_corners,
                                                     c10::string_view padding,
                                                     c10::string_view interpolation,
-                                                    std::array<bool, 2> mask) {
+                                                    std::array<bool, 2> mask, Bounds bounds) {
   if (!records({&grad_out, &features, &points})) {
     at::AutoDispatchBelowADInplaceOrView below;
     return sample_backward_op(grad_out, features, points, align_corners, padding, interpolation,
-                              mask);
+                              mask, bounds);
   }
   const variable_list grads = SampleBackwardFunction::apply(
-      grad_out, features, points, align_corners, padding, interpolation, mask);
+      grad_out, features, points, align_corners, padding, interpolation, mask, bounds);
   return {grads[0], grads[1]};
 }
 
@@ -247,16 +270,17 @@ Tensor total_variation_backward_autograd(const Tensor& grad_out, const Tensor& f
 struct SampleFunction : torch::autograd::Function<SampleFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& features, const Tensor& points,
                         bool align_corners, c10::string_view padding,
-                        c10::string_view interpolation) {
+                        c10::string_view interpolation, Bounds bounds) {
     Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below;
-      out = sample_op(features, points, align_corners, padding, interpolation);
+      out = sample_op(features, points, align_corners, padding, interpolation, bounds);
     }
     ctx->save_for_backward({features, points});
     ctx->saved_data["align_corners"] = align_corners;
     ctx->saved_data["padding"] = std::string(padding);
     ctx->saved_data["interpolation"] = std::string(interpolation);
+    ctx->saved_data["bounds"] = save_bounds(bounds);
     return out;
   }
 
@@ -264,12 +288,17 @@ struct SampleFunction : torch::autograd::Function<SampleFunction> {
     const variable_list saved = ctx->get_saved_variables();
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
     // Through the dispatcher, so that under create_graph the backward op's own autograd runs.
+    std::vector<double> box;
     auto [grad_features, grad_points] = sample_backward_autograd(
         grads[0], saved[0], saved[1], ctx->saved_data["align_corners"].toBool(),
         ctx->saved_data["padding"].toStringRef(), ctx->saved_data["interpolation"].toStringRef(),
-        mask);
-    return {grad_or_none(mask[0], grad_features), grad_or_none(mask[1], grad_points), Tensor(),
-            Tensor(), Tensor()};
+        mask, saved_bounds(ctx->saved_data["bounds"], box));
+    return {grad_or_none(mask[0], grad_features),
+            grad_or_none(mask[1], grad_points),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
   }
 };
 
@@ -311,12 +340,12 @@ struct TotalVariationFunction : torch::autograd::Function<TotalVariationFunction
 };
 
 Tensor sample_autograd(const Tensor& features, const Tensor& points, bool align_corners,
-                       c10::string_view padding, c10::string_view interpolation) {
+                       c10::string_view padding, c10::string_view interpolation, Bounds bounds) {
   if (!records({&features, &points})) {  // inference: skip building a graph node
     at::AutoDispatchBelowADInplaceOrView below;
-    return sample_op(features, points, align_corners, padding, interpolation);
+    return sample_op(features, points, align_corners, padding, interpolation, bounds);
   }
-  return SampleFunction::apply(features, points, align_corners, padding, interpolation);
+  return SampleFunction::apply(features, points, align_corners, padding, interpolation, bounds);
 }
 
 Tensor trilinear_autograd(const Tensor& corners, const Tensor& local) {

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,10 +38,36 @@ inline void check_pair(const char* op, const at::Tensor& value, const char* valu
       " (or float32 with half-precision ", value_name, "), got ", coords.scalar_type());
 }
 
+// grid.sample's `bounds`: the world box (xmin, ymin, zmin, xmax, ymax, zmax) mapped onto [-1, 1]
+// per axis as scale = 2 / (max - min), shift = -min * scale - 1, in float and in double, each
+// rounded as those tensor ops round in that dtype: the map VoxelGrid applied with addcmul before
+// the box moved into the op. `single`: the points are float32 (float32 box must be non-empty).
+inline void set_world_box(const char* op, c10::ArrayRef<double> bounds, bool single,
+                          Sampling& mode) {
+  TORCH_CHECK(bounds.size() == 6, op,
+              ": bounds: expected 6 numbers (xmin, ymin, zmin, xmax, ymax, zmax), got ",
+              bounds.size());
+  for (int a = 0; a < 3; ++a) {
+    const double lo = bounds[a], hi = bounds[a + 3];
+    TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), op,
+                ": bounds: expected finite numbers, got ", bounds);
+    const float lo_f = static_cast<float>(lo), hi_f = static_cast<float>(hi);
+    TORCH_CHECK(single ? lo_f < hi_f : lo < hi, op,
+                ": bounds: expected min < max on every axis, got min ", lo, " and max ", hi,
+                " on axis ", "xyz"[a], single ? " (as float32, the points' dtype)" : "");
+    mode.scale_f[a] = 2.0f / (hi_f - lo_f);
+    mode.shift_f[a] = -lo_f * mode.scale_f[a] - 1.0f;
+    mode.scale_d[a] = 2.0 / (hi - lo);
+    mode.shift_d[a] = -lo * mode.scale_d[a] - 1.0;
+  }
+  mode.world = true;
+}
+
 // The checked sampling mode of grid.sample and its backward ops.
 inline Sampling check_sample_args(const at::Tensor& features, const at::Tensor& points,
                                   bool align_corners, c10::string_view padding_in,
-                                  c10::string_view interpolation_in) {
+                                  c10::string_view interpolation_in,
+                                  std::optional<c10::ArrayRef<double>> bounds) {
   const char* op = "grid.sample";
   const std::string padding(padding_in), interpolation(interpolation_in);
   check_pair(op, features, "features", points, "points");
@@ -56,7 +83,9 @@ inline Sampling check_sample_args(const at::Tensor& features, const at::Tensor& 
               ": padding: expected 'zeros' or 'border', got '", padding, "'");
   TORCH_CHECK(interpolation == "linear" || interpolation == "smoothstep", op,
               ": interpolation: expected 'linear' or 'smoothstep', got '", interpolation, "'");
-  return {align_corners, padding == "border", interpolation == "smoothstep"};
+  Sampling mode{align_corners, padding == "border", interpolation == "smoothstep"};
+  if (bounds.has_value()) set_world_box(op, *bounds, points.scalar_type() != at::kDouble, mode);
+  return mode;
 }
 
 inline void check_trilinear_args(const at::Tensor& corners, const at::Tensor& local) {

@@ -20,14 +20,17 @@ TORCH_LIBRARY(grid, m) {
       "Tensor grad_out, Tensor corners, Tensor local, bool[3] output_mask) "
       "-> (Tensor, Tensor, Tensor)");
   // features: [X, Y, Z, F], points: [..., 3] -> [..., F]. interpolation: "linear" (trilinear)
-  // or "smoothstep" (the same corners, weights from t^2 (3 - 2t) per axis).
+  // or "smoothstep" (the same corners, weights from t^2 (3 - 2t) per axis). bounds: None (the
+  // points are normalised, in [-1, 1]) or the world box (xmin, ymin, zmin, xmax, ymax, zmax) that
+  // maps onto [-1, 1] (the points and their gradients are in world units).
   m.def(
       "sample(Tensor features, Tensor points, bool align_corners, str padding, "
-      "str interpolation=\"linear\") -> Tensor");
+      "str interpolation=\"linear\", float[]? bounds=None) -> Tensor");
   // -> (grad_features [X, Y, Z, F], grad_points [..., 3]); masked-out outputs are empty [0].
   m.def(
       "sample_backward(Tensor grad_out, Tensor features, Tensor points, bool align_corners, "
-      "str padding, str interpolation, bool[2] output_mask) -> (Tensor, Tensor)");
+      "str padding, str interpolation, bool[2] output_mask, float[]? bounds=None) "
+      "-> (Tensor, Tensor)");
   // The gradient of sample_backward (double backward). grad_grad_features: [X, Y, Z, F] and
   // grad_grad_points: [..., 3], the incoming gradients of its two outputs (None: zero).
   // -> (grad of grad_out [..., F], grad of features [X, Y, Z, F], grad of points [..., 3]);
@@ -35,7 +38,7 @@ TORCH_LIBRARY(grid, m) {
   m.def(
       "sample_double_backward(Tensor? grad_grad_features, Tensor? grad_grad_points, "
       "Tensor grad_out, Tensor features, Tensor points, bool align_corners, str padding, "
-      "str interpolation, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+      "str interpolation, bool[3] output_mask, float[]? bounds=None) -> (Tensor, Tensor, Tensor)");
   // features: [X, Y, Z, F], X, Y, Z >= 2 -> [] (float32; float64 for float64 features): the mean
   // over the three axes of the mean squared difference between neighbouring voxels.
   m.def("total_variation(Tensor features) -> Tensor");

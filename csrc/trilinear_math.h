@@ -81,12 +81,59 @@ struct GridShape {
 };
 
 // How points read the grid: F.grid_sample's align_corners and padding ("border" or "zeros"),
-// and the blend between the two corners of an axis (smooth: smoothstep, else linear).
+// the blend between the two corners of an axis (smooth: smoothstep, else linear), and
+// optionally a world box (grid.sample's `bounds`): with `world`, a point is in world units and
+// its normalised coordinate on axis a is fma(point[a], scale[a], shift[a]) (the box mapped onto
+// [-1, 1]), so every derivative with respect to the point is one in world units. The float and
+// double copies hold the same map, each computed in that precision (see check_sample_args).
 struct Sampling {
   bool align_corners;
   bool border;
   bool smooth;
+  bool world = false;
+  float scale_f[3] = {1, 1, 1};
+  float shift_f[3] = {0, 0, 0};
+  double scale_d[3] = {1, 1, 1};
+  double shift_d[3] = {0, 0, 0};
 };
+
+// The box's scale and shift on `axis` in the precision of the coordinates (acc_t).
+template <typename acc_t>
+GRID_HD acc_t box_scale(const Sampling& mode, int axis);
+template <>
+GRID_HD float box_scale<float>(const Sampling& mode, int axis) {
+  return mode.scale_f[axis];
+}
+template <>
+GRID_HD double box_scale<double>(const Sampling& mode, int axis) {
+  return mode.scale_d[axis];
+}
+template <typename acc_t>
+GRID_HD acc_t box_shift(const Sampling& mode, int axis);
+template <>
+GRID_HD float box_shift<float>(const Sampling& mode, int axis) {
+  return mode.shift_f[axis];
+}
+template <>
+GRID_HD double box_shift<double>(const Sampling& mode, int axis) {
+  return mode.shift_d[axis];
+}
+
+// x * scale + shift with one rounding, as torch.addcmul computes it on the CPU.
+GRID_HD float fma_(float x, float scale, float shift) {
+#if defined(__CUDA_ARCH__)
+  return fmaf(x, scale, shift);
+#else
+  return std::fma(x, scale, shift);
+#endif
+}
+GRID_HD double fma_(double x, double scale, double shift) {
+#if defined(__CUDA_ARCH__)
+  return ::fma(x, scale, shift);
+#else
+  return std::fma(x, scale, shift);
+#endif
+}
 
 // One axis of a point's cell. index_t: int32_t where every element offset of the grid fits
 // (fewer registers and instructions on the GPU), else int64_t.
@@ -95,18 +142,23 @@ struct AxisCell {
   index_t i0;     // index of the low corner; the high corner is i0 + 1
   acc_t frac;     // weight t of the high corner (1 - t of the low one): the position u in
                   // [0, 1] between them (linear) or u^2 (3 - 2u) (smoothstep)
-  acc_t dindex;   // d t / d normalised coordinate; 0 where border padding clamps
+  acc_t dindex;   // d t / d coordinate (normalised, or world with a box); 0 where border
+                  // padding clamps
   acc_t d2index;  // d^2 t / d coordinate^2: 0 for linear, (6 - 12u) * scale^2 for smoothstep
   bool valid[2];  // whether corners i0 and i0 + 1 lie inside the grid
   bool outside;   // zeros padding: the point is too far (or NaN) to touch the grid
 };
 
-// Maps a normalised coordinate onto one axis of `size` voxels as F.grid_sample does
-// (bilinear, zeros or border padding). Far and non-finite coordinates never produce an
-// index outside [-1, size], so the int64 conversion is always defined.
+// Maps a coordinate onto axis `axis` of `size` voxels as F.grid_sample does (bilinear, zeros or
+// border padding): a normalised one, or a world one through the box of `mode.world`. Far and
+// non-finite coordinates never produce an index outside [-1, size], so the int64 conversion is
+// always defined.
 template <typename acc_t, typename index_t = int64_t>
-GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, Sampling mode) {
+GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, const Sampling& mode,
+                                             int axis) {
   AxisCell<acc_t, index_t> a;
+  // The box's numbers are read where they are used (kernel parameters: no register kept).
+  if (mode.world) coord = fma_(coord, box_scale<acc_t>(mode, axis), box_shift<acc_t>(mode, axis));
   acc_t index, dindex;
   if (mode.align_corners) {
     index = (coord + 1) / 2 * acc_t(size - 1);
@@ -115,6 +167,7 @@ GRID_HD AxisCell<acc_t, index_t> locate_axis(acc_t coord, int64_t size, Sampling
     index = ((coord + 1) * acc_t(size) - 1) / 2;
     dindex = acc_t(size) / 2;
   }
+  if (mode.world) dindex *= box_scale<acc_t>(mode, axis);  // d index / d world coordinate
   a.outside = false;
   if (mode.border) {
     const acc_t hi = acc_t(size - 1);
@@ -162,12 +215,13 @@ struct Cell {
 };
 
 template <typename acc_t, typename index_t = int64_t, typename point_t>
-GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& g, Sampling mode) {
+GRID_HD Cell<acc_t, index_t> locate_cell(const point_t* point, const GridShape& g,
+                                         const Sampling& mode) {
   Cell<acc_t, index_t> c;
   bool outside = false;
 #pragma unroll
   for (int a = 0; a < 3; ++a) {
-    c.axis[a] = locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], mode);
+    c.axis[a] = locate_axis<acc_t, index_t>(static_cast<acc_t>(point[a]), g.size[a], mode, a);
     outside = outside || c.axis[a].outside;
   }
   corner_weights(c.axis[0].frac, c.axis[1].frac, c.axis[2].frac, c.weight);

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -51,8 +53,9 @@ def sample(
     align_corners: bool = True,
     padding: str = "zeros",
     interpolation: str = "linear",
+    bounds: Sequence[float] | Sequence[Sequence[float]] | Tensor | None = None,
 ) -> Tensor:
-    """Trilinearly sample a channels-last feature grid at normalised points.
+    """Trilinearly sample a channels-last feature grid at normalised (or world) points.
 
     With interpolation="linear", exactly `F.grid_sample(features.permute(3, 2, 1, 0)[None],
     points.reshape(1, 1, 1, -1, 3), mode="bilinear", padding_mode=padding,
@@ -61,21 +64,48 @@ def sample(
 
     Args:
         features: [X, Y, Z, F]; fastest with the F values of a voxel contiguous.
-        points: [..., 3] as (x, y, z) in [-1, 1]; x indexes X. Any batch shape.
+        points: [..., 3] as (x, y, z) in [-1, 1]; x indexes X. Any batch shape. With
+            `bounds`, world coordinates instead.
         align_corners: as in `F.grid_sample`.
         padding: "zeros" (points outside read zeros; NaN counts as outside) or
             "border" (coordinates clamp to the grid; NaN clamps to the low border).
         interpolation: "linear" (trilinear: C0, the gradient jumps at cell faces) or
             "smoothstep" (the same eight corners, each axis weighted by
             s(t) = t^2 (3 - 2t) instead of t: C1, gradients continuous across cells).
+        bounds: None, or a world box `((xmin, ymin, zmin), (xmax, ymax, zmax))` (or those
+            6 numbers flat, or a [2, 3] tensor, read once on the host) mapped onto [-1, 1]
+            inside the kernels: the result equals `sample(features, (points - min) *
+            (2 / (max - min)) - 1)` with the map computed as one fused multiply-add
+            `points * scale + shift` in the points' precision (as `VoxelGrid.normalize`),
+            and the gradient with respect to `points` is in world units. The box itself
+            is a constant (no gradient).
 
     Returns:
         [..., F] in the dtype of `features`. Twice differentiable with respect to
         `features` and `points`.
     """
+    if bounds is not None:
+        bounds = box_list(bounds)
     if torch.compiler.is_compiling():
-        return _SAMPLE(features, points, align_corners, padding, interpolation)
-    return _SAMPLE_ENTRY(features, points, align_corners, padding, interpolation)
+        return _SAMPLE(features, points, align_corners, padding, interpolation, bounds)
+    return _SAMPLE_ENTRY(features, points, align_corners, padding, interpolation, bounds)
+
+
+def box_list(bounds: Sequence[float] | Sequence[Sequence[float]] | Tensor) -> list[float]:
+    """`sample`'s `bounds` as the op takes them: [xmin, ymin, zmin, xmax, ymax, zmax]
+    (a tensor is read once on the host: a synchronisation for a CUDA tensor). The op
+    checks the count and the values."""
+    if isinstance(bounds, Tensor):
+        return bounds.detach().reshape(-1).tolist()
+    try:
+        if all(isinstance(v, int | float) for v in bounds):
+            return [float(v) for v in bounds]
+        return [float(v) for corner in bounds for v in corner]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"bounds: expected ((xmin, ymin, zmin), (xmax, ymax, zmax)), 6 numbers or a [2, 3] "
+            f"tensor, got {bounds!r}"
+        ) from None
 
 
 def total_variation(features: Tensor) -> Tensor:
@@ -181,6 +211,7 @@ def _sample_fake(
     align_corners: bool,
     padding: str,
     interpolation: str = "linear",
+    bounds: list[float] | None = None,
 ) -> Tensor:
     _check_pair("features", features, "points", points)
     torch._check(
@@ -199,6 +230,10 @@ def _sample_fake(
         interpolation in INTERPOLATIONS,
         lambda: f"interpolation: expected 'linear' or 'smoothstep', got {interpolation!r}",
     )
+    torch._check(
+        bounds is None or len(bounds) == 6,
+        lambda: f"bounds: expected 6 numbers (xmin, ymin, zmin, xmax, ymax, zmax), got {bounds}",
+    )
     return features.new_empty((*points.shape[:-1], features.shape[3]))
 
 
@@ -211,6 +246,7 @@ def _sample_backward_fake(
     padding: str,
     interpolation: str,
     output_mask: list[bool],
+    bounds: list[float] | None = None,
 ) -> tuple[Tensor, Tensor]:
     grad_features = features.new_empty(features.shape if output_mask[0] else (0,))
     grad_points = points.new_empty(points.shape if output_mask[1] else (0,))
@@ -228,6 +264,7 @@ def _sample_double_backward_fake(
     padding: str,
     interpolation: str,
     output_mask: list[bool],
+    bounds: list[float] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     return _masked_like(output_mask, grad_out, features, points)
 

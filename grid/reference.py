@@ -10,6 +10,8 @@ whole lists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -55,8 +57,13 @@ def sample(
     align_corners: bool = True,
     padding: str = "zeros",
     interpolation: str = "linear",
+    bounds: Sequence[Sequence[float]] | None = None,
 ) -> Tensor:
     """features: [X, Y, Z, F], points: [..., 3] -> [..., F].
+
+    bounds: None, or the world box ((xmin, ymin, zmin), (xmax, ymax, zmax)) that maps onto
+    [-1, 1]: the points are then world coordinates, `(points - min) * 2 / (max - min) - 1`
+    the normalised ones.
 
     With interpolation="linear", the semantics of `F.grid_sample(mode="bilinear")` on
     `features.permute(3, 2, 1, 0)[None]`, written as an explicit gather. With
@@ -77,6 +84,9 @@ def sample(
     pts = points.reshape(-1, 3)
     acc = torch.float64 if torch.float64 in (features.dtype, points.dtype) else torch.float32
     pts = pts.to(acc)
+    if bounds is not None:
+        lo, hi = torch.tensor(bounds, dtype=acc, device=pts.device)
+        pts = (pts - lo) * (2 / (hi - lo)) - 1
 
     index = torch.stack(
         [_unnormalize(pts[:, a], sizes[a], align_corners) for a in range(3)], dim=1

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import ops
 from .ops import sample, total_variation, total_variation_add_grad_
 
 INITS = ("zeros", "normal", "uniform")
@@ -224,8 +225,29 @@ class VoxelGrid(nn.Module):
             self.__dict__["_box_map_cache"] = cached
         return cached[1]
 
+    def _box(self) -> list[float]:
+        """`bounds` as the op's `bounds` argument, [xmin, ymin, zmin, xmax, ymax, zmax].
+
+        Read from the buffer once and cached until `bounds` is replaced (`.to()`,
+        `load_state_dict` with `assign=True`) or modified in place (its version counter),
+        so a CUDA grid synchronises for it once, not per call: a CUDA graph captured after
+        the first call replays with these numbers."""
+        bounds = self._buffers["bounds"]
+        cached = self.__dict__.get("_box_cache")
+        if cached is not None and cached[0] is bounds and cached[1] == bounds._version:
+            return cached[2]
+        lo, hi = bounds.tolist()
+        box = lo + hi
+        self.__dict__["_box_cache"] = (bounds, bounds._version, box)
+        return box
+
     def forward(self, xyz: Tensor) -> Tensor:
         """Interpolate the features at world points.
+
+        One `grid.sample` call with the box as its `bounds`: the kernels map the world
+        points onto the grid (the map and its gradient are `normalize`'s), so a call costs
+        about what the op alone costs. Under torch.compile, `normalize` then `sample`
+        (the compiler fuses the map with what produced the points).
 
         Args:
             xyz: `[..., 3]` world coordinates (x, y, z); any leading batch shape,
@@ -239,13 +261,19 @@ class VoxelGrid(nn.Module):
         """
         if xyz.shape[-1:] != (3,):
             raise ValueError(f"xyz: expected shape [..., 3], got {list(xyz.shape)}")
-        return sample(
-            self.features,
-            self.normalize(xyz),
-            align_corners=True,
-            padding=self.padding,
-            interpolation=self.interpolation,
-        )
+        features = self._parameters["features"]
+        if torch.compiler.is_compiling():
+            return sample(
+                features,
+                self.normalize(xyz),
+                align_corners=True,
+                padding=self.padding,
+                interpolation=self.interpolation,
+            )
+        dtype = torch.float64 if features.dtype == torch.float64 else torch.float32
+        if xyz.dtype != dtype:
+            xyz = xyz.to(dtype)
+        return ops._SAMPLE_ENTRY(features, xyz, True, self.padding, self.interpolation, self._box())
 
     # ---- regularisation ---------------------------------------------------------------
 

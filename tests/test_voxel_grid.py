@@ -338,6 +338,63 @@ def test_bounds_changed_in_place_or_replaced_are_seen():
     torch.testing.assert_close(g.normalize(pts), before)
 
 
+def test_forward_sees_changed_bounds():
+    """forward caches the box it passes to the op; in-place changes, replacement and a
+    loaded state must reach it."""
+    g = linear_grid()
+    pts = torch.tensor([[0.3, 1.2, 3.0]], dtype=torch.float64)
+    before = g(pts)
+    with torch.no_grad():
+        g.bounds[1, 0] = 2.1
+    torch.testing.assert_close(g(pts), grid.sample(g.features, g.normalize(pts)))
+    assert not torch.equal(g(pts), before)
+    g.bounds = torch.tensor([LO, HI], dtype=torch.float64)
+    assert torch.equal(g(pts), before)
+    other = linear_grid()
+    with torch.no_grad():
+        other.bounds[0, 2] = 1.5
+    g.load_state_dict(other.state_dict())
+    assert torch.equal(g(pts), other(pts))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("interpolation", ["linear", "smoothstep"])
+def test_forward_is_one_op_and_equals_normalize_then_sample(dtype, interpolation):
+    """The box is mapped inside grid.sample (bounds=...), bitwise as `normalize` (the fused
+    multiply-add) followed by `sample` on the CPU: values, both gradients."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(0)
+    g = VoxelGrid(RES, 3, (LO, HI), init="normal", dtype=dtype, interpolation=interpolation)
+    xyz = random_inside(5000, gen).to(dtype).requires_grad_()
+    g(xyz)  # the first call reads the box once
+    with Record() as rec:
+        out = g(xyz)
+    assert rec.ops == ["grid.sample.default"], rec.ops
+    old = grid.sample(g.features, g.normalize(xyz), interpolation=interpolation)
+    assert torch.equal(out, old)
+    w = torch.randn(out.shape, generator=gen, dtype=dtype)
+    new_grads = torch.autograd.grad(out, [g.features, xyz], w)
+    old_grads = torch.autograd.grad(old, [g.features, xyz], w)
+    assert torch.equal(new_grads[0], old_grads[0])
+    torch.testing.assert_close(new_grads[1], old_grads[1])  # scale applied before / after
+
+
+def test_forward_casts_points_to_the_coordinate_dtype():
+    g = linear_grid(torch.float32)
+    pts = random_inside(10, torch.Generator().manual_seed(1))  # float64
+    assert torch.equal(g(pts), g(pts.float()))
+
+
 BAD_ARGUMENTS = [
     (dict(resolution=0), "resolution"),
     (dict(resolution=-4), "resolution"),

@@ -110,6 +110,12 @@ class TrainConfig:
         "optimiser, as DirectVoxGO).",
         "resample",
     )
+    cuda_graph: str = doc(
+        "field, sdf: `auto` (steps captured as CUDA graphs on a CUDA device: one launch per "
+        "step, re-captured at each upsample), `on` (the same, an error off CUDA) or `off` "
+        "(op by op). nerf steps are always op by op (`on` is an error there).",
+        "auto",
+    )
 
 
 @dataclass
@@ -425,6 +431,7 @@ def _validate_train(r: TrainConfig, g: GridConfig) -> None:
             )
         previous_step, previous = step, size
     choice(r.upsample_moments, ("rescale", "resample", "reset"), "train.upsample_moments")
+    choice(r.cuda_graph, ("auto", "on", "off"), "train.cuda_graph")
 
 
 # ---- writing --------------------------------------------------------------------------------

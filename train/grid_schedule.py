@@ -29,10 +29,41 @@ def learning_rate(config: Config, step: int) -> float:
     return t.lr * (t.lr_final / t.lr) ** (step / max(1, t.steps - 1))
 
 
-def make_optimizer(model: VoxelGrid, config: Config) -> torch.optim.Adam:
-    return torch.optim.Adam(
-        model.parameters(), lr=config.train.lr, betas=tuple(config.train.betas), eps=1e-15
-    )
+def make_optimizer(model: VoxelGrid, config: Config, graphed: bool = False) -> torch.optim.Adam:
+    """Adam over the grid. `graphed` (steps captured as CUDA graphs, train/step_graph.py):
+    the fused kernel with `capturable=True`, its learning rate a device tensor that
+    `set_learning_rate` updates in place (a float would be frozen into the graph)."""
+    params, betas = model.parameters(), tuple(config.train.betas)
+    if not graphed:
+        return torch.optim.Adam(params, lr=config.train.lr, betas=betas, eps=1e-15)
+    device = model.features.device
+    lr = torch.tensor(config.train.lr, dtype=torch.float32, device=device)
+    return torch.optim.Adam(params, lr=lr, betas=betas, eps=1e-15, capturable=True, fused=True)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
+    """Every group's learning rate = value: a float assigned, a tensor filled in place."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(value)
+        else:
+            group["lr"] = value
+
+
+def fit_optimizer(optimizer: torch.optim.Adam, graphed: bool) -> None:
+    """Give a loaded Adam the flags, learning-rate type and step counters of the optimiser
+    `make_optimizer(..., graphed)` builds (`load_state_dict` takes them from the saved
+    groups): a checkpoint resumes in either mode, on either device."""
+    for group in optimizer.param_groups:
+        device = group["params"][0].device
+        lr = float(group["lr"])
+        group["lr"] = torch.tensor(lr, dtype=torch.float32, device=device) if graphed else lr
+        group["capturable"], group["fused"], group["foreach"] = graphed, graphed or None, None
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            if isinstance(state.get("step"), Tensor):  # float32: on the device when graphed
+                where = device if graphed else torch.device("cpu")
+                state["step"] = state["step"].to(dtype=torch.float32, device=where)
 
 
 class GridSchedule:
@@ -46,15 +77,20 @@ class GridSchedule:
     def learning_rate(self, step: int) -> float:
         return learning_rate(self.config, step)
 
+    graphed: bool = False  # steps captured as CUDA graphs (set by train/step_graph.py)
+
     def begin_step(self, step: int) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.config, step)
+        set_learning_rate(self.optimizer, self.step_learning_rate(step))
+
+    def step_learning_rate(self, step: int) -> float:
+        """The learning rate the optimiser uses at `step`."""
+        return learning_rate(self.config, step)
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
         c = self.config
         if c.train.upsample_moments == "reset":
             self.model.upsample(resolution)
-            self.optimizer = make_optimizer(self.model, c)
+            self.optimizer = make_optimizer(self.model, c, self.graphed)
         else:
             rescale = c.train.upsample_moments == "rescale"
             self.model.upsample(resolution, self.optimizer, rescale_moments=rescale)

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 import grid
 
-from . import distributed, experiments, memory
+from . import distributed, experiments, memory, step_graph
 from .checkpoint import (
     CHECKPOINT,
     CHECKPOINT_FORMAT,
@@ -46,8 +46,9 @@ from .config import Config, as_resolution, to_dict, to_toml
 from .dependencies import check_dependencies
 from .distributed import World
 from .errors import ConfigError, OutputFileError, writing
+from .grid_schedule import GridSchedule, fit_optimizer
 from .interrupt import Interrupted, StopCheck, StopSignals
-from .metrics import MetricsLog
+from .metrics import LaggedValues, MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
 from .tensorboard import experiment_images, open_log
 
@@ -223,6 +224,8 @@ def _train(
         model = progress.model = exp.model
         if checkpoint is not None:
             load_state(out, checkpoint, exp, gen)
+            if isinstance(exp, GridSchedule):  # either step mode resumes any checkpoint
+                fit_optimizer(exp.optimizer, exp.graphed)
     except ConfigError as caught:
         if distributed.is_agreed(caught):
             raise
@@ -295,6 +298,9 @@ def _train(
     bar_step = step
     stops = StopCheck(signals, c.output.checkpoint_minutes, world)
     stop = False
+    # The steps: captured as CUDA graphs where the experiment allows it (train/step_graph.py)
+    graphed = step_graph.GraphedStep(exp, world) if getattr(exp, "graphed", False) else None
+    bar_values = LaggedValues()  # the bar's batch value, read without a synchronisation
 
     while not stop and step < end:
         if step in schedule:
@@ -302,19 +308,14 @@ def _train(
             exp.upsample(new)
             bar.set_description(f"{exp.label} {'x'.join(map(str, new))}")
         exp.begin_step(step)
-        loss, mse = exp.loss()
-        exp.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if world.size > 1:  # the mean over the ranks' shares: the global batch's gradient
-            world.average_gradients([p for g in exp.optimizer.param_groups for p in g["params"]])
-        exp.optimizer.step()
+        mse = graphed.step() if graphed is not None else step_graph.eager_step(exp, world)
         loss_sum += mse.detach()
         loss_count += 1
         step = progress.step = step + 1
 
-        if step % bar_every == 0 or step == end:
+        if not bar.disable and (step % bar_every == 0 or step == end):
             now = time.perf_counter()
-            value = mse.item()  # synchronises
+            (value,) = bar_values.read(mse)  # a few steps old on CUDA: no synchronisation
             rate = batch * (step - bar_step) / max(time.perf_counter() - bar_time, 1e-9)
             bar.set_postfix(
                 **exp.progress(value),
@@ -390,6 +391,7 @@ def _train(
         "records": log.read() if world.is_main else [],
     }
     summary = exp.summary(common)  # every rank: its evaluation is split across them
+    summary["cuda_graph"] = graphed is not None
 
     def write_results() -> None:
         path = out / "summary.json"

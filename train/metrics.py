@@ -8,6 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from .errors import InputFileError, read_input, writing
 
 
@@ -21,6 +24,39 @@ def psnr(mse: float, value_range: float) -> float:
     if mse <= 0:
         return math.inf
     return 10.0 * math.log10(value_range**2 / mse)
+
+
+class LaggedValues:
+    """Device values for the progress bar, read without waiting for the device.
+
+    On CUDA, `read(values)` starts a copy of `values` into pinned host memory and returns
+    what the last finished copy held (numbers a few steps old), so the bar costs the loop
+    no synchronisation; the very first read waits for its copy. On the CPU it returns the
+    values themselves.
+    """
+
+    def __init__(self) -> None:
+        self.host: Tensor | None = None
+        self.event: torch.cuda.Event | None = None
+        self.last: list[float] | None = None
+
+    def read(self, values: Tensor) -> list[float]:
+        """values: [] or [K] -> K floats."""
+        values = values.detach().reshape(-1)
+        if not values.is_cuda:
+            return values.tolist()
+        if self.event is not None and (self.last is None or self.event.query()):
+            self.event.synchronize()  # done already, except for the very first read
+            self.last, self.event = self.host.tolist(), None
+        if self.event is None:
+            if self.host is None or self.host.shape != values.shape:
+                self.host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self.host.copy_(values, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        if self.last is None:
+            return self.read(values)
+        return self.last
 
 
 class MetricsLog:

@@ -14,9 +14,10 @@ namespace grid {
 at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
                               const at::Tensor& points_in,    // [..., 3]
                               bool align_corners, c10::string_view padding,
-                              c10::string_view interpolation) {
+                              c10::string_view interpolation,
+                              std::optional<c10::ArrayRef<double>> bounds) {
   const Sampling mode =
-      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation, bounds);
   const at::Tensor features = channels_contiguous(features_in);
   const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
   at::Tensor out = at::empty(sample_out_sizes(features, points_in), features.options());

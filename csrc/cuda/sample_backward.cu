@@ -162,9 +162,9 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
     const at::Tensor& features_in,  // [X, Y, Z, F]
     const at::Tensor& points_in,    // [..., 3]
     bool align_corners, c10::string_view padding, c10::string_view interpolation,
-    std::array<bool, 2> output_mask) {
+    std::array<bool, 2> output_mask, std::optional<c10::ArrayRef<double>> bounds) {
   const Sampling mode =
-      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation, bounds);
   check_grad_out("grid.sample_backward", grad_out_in, features_in,
                  sample_out_sizes(features_in, points_in));
   const c10::cuda::CUDAGuard guard(features_in.device());

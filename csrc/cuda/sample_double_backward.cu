@@ -84,9 +84,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_double_backward_cuda(
     const at::Tensor& features_in,                           // [X, Y, Z, F]
     const at::Tensor& points_in,                             // [..., 3]
     bool align_corners, c10::string_view padding, c10::string_view interpolation,
-    std::array<bool, 3> output_mask) {
+    std::array<bool, 3> output_mask, std::optional<c10::ArrayRef<double>> bounds) {
   const Sampling mode =
-      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation, bounds);
   const DoubleBackwardInputs in = double_backward_inputs(
       "grid.sample_double_backward", grad_grad_features_in, "grad_grad_features",
       grad_grad_points_in, "grad_grad_points", grad_out_in, features_in, points_in,

@@ -12,14 +12,18 @@ namespace grid {
 namespace {
 
 // Blocks of 256 threads per SM: with int32 offsets 5 (48 registers, no spills, more gathers in
-// flight); 64-bit offsets need 4 to avoid spilling.
-template <typename index_t>
-constexpr int kForwardBlocks = sizeof(index_t) == 4 ? 5 : 4;
+// flight); 64-bit offsets need 4 to avoid spilling. One 4-byte-or-smaller channel per thread
+// (V = 1, e.g. F = 1) with int32 offsets fits 32 registers: 8 (full occupancy), which the world
+// box's multiply-add would otherwise cost it (36 registers, 6 blocks).
+template <typename scalar_t, typename index_t, int V, bool kWide>
+constexpr int kForwardBlocks = sizeof(index_t) == 8                        ? 4
+                               : V == 1 && !kWide && sizeof(scalar_t) <= 4 ? 8
+                                                                           : 5;
 
 // One thread per point and vector of V channels (kWide: more than 32 vectors, so each of the
 // point's 32 threads loops over several). One launch covers every point: no grid-stride loop.
 template <typename scalar_t, typename point_t, typename index_t, int V, bool kWide>
-__global__ void __launch_bounds__(kThreads, kForwardBlocks<index_t>)
+__global__ void __launch_bounds__(kThreads, kForwardBlocks<scalar_t, index_t, V, kWide>)
     sample_forward_kernel(const scalar_t* __restrict__ features,  // [X, Y, Z, F], strided
                           const point_t* __restrict__ points,     // [N, 3]
                           scalar_t* __restrict__ out,             // [N, F]
@@ -74,9 +78,10 @@ bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at:
 at::Tensor sample_forward_cuda(const at::Tensor& features_in,  // [X, Y, Z, F]
                                const at::Tensor& points_in,    // [..., 3]
                                bool align_corners, c10::string_view padding,
-                               c10::string_view interpolation) {
+                               c10::string_view interpolation,
+                               std::optional<c10::ArrayRef<double>> bounds) {
   const Sampling mode =
-      check_sample_args(features_in, points_in, align_corners, padding, interpolation);
+      check_sample_args(features_in, points_in, align_corners, padding, interpolation, bounds);
   const c10::cuda::CUDAGuard guard(features_in.device());
   const at::Tensor features = channels_contiguous(features_in);
   const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]

@@ -19,6 +19,7 @@ from ..distributed import SINGLE, World
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import psnr
 from ..schema import as_resolution
+from ..step_graph import use_graphs
 from .targets import Target, make_target
 
 if TYPE_CHECKING:
@@ -115,7 +116,8 @@ class FieldExperiment(GridSchedule):
             interpolation=c.grid.interpolation,
             device=device,
         )
-        self.optimizer = make_optimizer(self.model, c)
+        self.graphed = use_graphs(c, device)  # steps as CUDA graph replays (train/step_graph.py)
+        self.optimizer = make_optimizer(self.model, c, self.graphed)
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss to minimise, MSE of the batch) for one step."""

@@ -34,6 +34,13 @@ class Density(Target):
 
     Non-negative and infinitely smooth; `frequency` and `thickness` set how fine
     the membranes are (thinner and denser sheets need finer grids).
+
+    On CUDA the whole field is one generated elementwise kernel (`fused`): it reads a
+    point and writes its value, where the tensor formula (`formula`, the definition,
+    used on the CPU) launches about 25 kernels and, at 2^20 points and 24 blobs, moves
+    about 1.3 GB through [N, blobs] temporaries. The fused kernel takes |p - c|^2
+    directly instead of through the expansion, so the two agree to float rounding
+    (tests/test_step_graph.py), not bitwise.
     """
 
     name = "density"
@@ -50,6 +57,7 @@ class Density(Target):
         self.k = math.pi * frequency
         self.thickness = thickness
         self.detail = detail
+        self._kernel = None  # the fused CUDA kernel, generated on first use
 
     def to(self, device: torch.device) -> Density:
         for name in ("centres", "widths", "amplitudes", "rotation", "phase"):
@@ -58,6 +66,12 @@ class Density(Target):
 
     def __call__(self, xyz: Tensor) -> Tensor:
         xyz = xyz.float()
+        if xyz.is_cuda:
+            return self.fused(xyz)
+        return self.formula(xyz)
+
+    def formula(self, xyz: Tensor) -> Tensor:
+        """The field from tensor ops (any device): xyz [..., 3] float32 -> [...]."""
         # |p - c|^2 = |p|^2 - 2 p.c + |c|^2, through a matmul: no [..., B, 3] temporary.
         d2 = xyz.square().sum(-1, keepdim=True) - 2 * xyz @ self.centres.T
         d2 = (d2 + self.centres.square().sum(-1)).clamp_min(0)  # [..., B]
@@ -67,6 +81,47 @@ class Density(Target):
         gyroid = s[..., 0] * c[..., 1] + s[..., 1] * c[..., 2] + s[..., 2] * c[..., 0]
         sheets = torch.exp(-(gyroid / self.thickness).square())  # [...], in (0, 1]
         return envelope * (1 - self.detail + self.detail * sheets)
+
+    def fused(self, xyz: Tensor) -> Tensor:
+        """The same field as one CUDA kernel (xyz [..., 3] float32 on CUDA -> [...]): the
+        blobs, rotation and phase are compiled in as float32 constants (jiterator)."""
+        if self._kernel is None:
+            from torch.cuda.jiterator import _create_jit_fn
+
+            self._kernel = _create_jit_fn(self._kernel_code())
+        return self._kernel(xyz[..., 0], xyz[..., 1], xyz[..., 2])
+
+    def _kernel_code(self) -> str:
+        """CUDA source of `fused`: `formula` per point, constants as float32 literals."""
+
+        def f32(value: float | Tensor) -> str:
+            return f"{float(value)!r}f"  # a float32 value printed exactly
+
+        centres, widths = self.centres.cpu(), self.widths.cpu()
+        decay = (-0.5 / widths.square()).tolist()  # as `formula` computes it, in float32
+        lines = ["float envelope = 0.0f, dx, dy, dz;"]
+        for (cx, cy, cz), a, w in zip(
+            centres.tolist(), self.amplitudes.cpu().tolist(), decay, strict=True
+        ):
+            lines.append(
+                f"dx = x - {f32(cx)}; dy = y - {f32(cy)}; dz = z - {f32(cz)}; "
+                f"envelope += {f32(a)} * ::exp((dx * dx + dy * dy + dz * dz) * {f32(w)});"
+            )
+        r, phase = self.rotation.cpu().tolist(), self.phase.cpu().tolist()
+        k = f32(torch.tensor(self.k, dtype=torch.float32))
+        for i, axis in enumerate("xyz"):
+            lines.append(
+                f"const float q{axis} = (x * {f32(r[i][0])} + y * {f32(r[i][1])} + "
+                f"z * {f32(r[i][2])}) * {k} + {f32(phase[i])};"
+            )
+        lines += [
+            "const float gyroid = ::sin(qx) * ::cos(qy) + ::sin(qy) * ::cos(qz) + "
+            "::sin(qz) * ::cos(qx);",
+            f"const float s = gyroid / {f32(self.thickness)};",
+            f"return envelope * ({f32(1 - self.detail)} + {f32(self.detail)} * ::exp(-(s * s)));",
+        ]
+        body = "\n  ".join(lines)
+        return f"template <typename T> T density_field(T x, T y, T z) {{\n  {body}\n}}"
 
 
 class Volume(Target):

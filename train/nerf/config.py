@@ -101,6 +101,11 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(
             "train.upsample_moments: the nerf experiment supports 'resample' and 'reset'"
         )
+    if c.train.cuda_graph == "on":
+        raise ConfigError(
+            "train.cuda_graph: the nerf experiment's steps cannot be captured as CUDA graphs "
+            "(ray sampling gives data-dependent sizes); use 'auto' or 'off' (op by op)"
+        )
     if c.output.picture_views < 1:
         raise ConfigError(
             f"output.picture_views: expected an integer >= 1, got {c.output.picture_views}"

@@ -40,7 +40,9 @@ from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, writing
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
+from ..metrics import LaggedValues
 from ..schema import as_resolution
+from ..step_graph import use_graphs
 from .evaluation import Evaluation
 from .mesh import Mesh, write_ply
 from .normals import estimate_normals, normal_agreement
@@ -206,9 +208,12 @@ class SdfExperiment(GridSchedule):
         )
         if c.grid.init == "points":
             points_init(self.model, self.cloud, torch.Generator().manual_seed(c.seed))
-        self.optimizer = make_optimizer(self.model, c)
+        self.graphed = use_graphs(c, device)  # steps as CUDA graph replays (train/step_graph.py)
+        self.optimizer = make_optimizer(self.model, c, self.graphed)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
-        self.last: tuple[Any, dict[str, Any]] | None = None  # (grid version, evaluation)
+        self.bar_terms = LaggedValues()  # read for the progress bar without a synchronisation
+        self.last: tuple[Any, dict[str, Any]] | None = None  # (grid state, evaluation)
+        self.step = -1  # the step begin_step last began
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss, loss): the weighted sum of the terms on this step's batch. The whole
@@ -228,8 +233,12 @@ class SdfExperiment(GridSchedule):
         self.terms = torch.stack(terms).detach()
         return loss, loss.detach()
 
+    def begin_step(self, step: int) -> None:
+        self.step = step  # what evaluate() caches on
+        super().begin_step(step)
+
     def progress(self, loss: float) -> dict[str, str]:
-        surface, normal, eikonal = self.terms.tolist()
+        surface, normal, eikonal = self.bar_terms.read(self.terms)
         return {
             "loss": f"{loss:.2e}",
             "f2": f"{surface:.1e}",
@@ -239,7 +248,9 @@ class SdfExperiment(GridSchedule):
 
     def evaluate(self, train_seconds: float) -> dict[str, Any]:
         # The summary evaluates the grid the last step's evaluation saw: measured once.
-        version = (self.model.features._version, self.model.resolution)
+        # the step, not the grid's version counter: CUDA graph replays update the grid
+        # without counting (train/step_graph.py)
+        version = (self.step, self.model.resolution)
         if self.last is None or self.last[0] != version:
             self.last = (version, self.evaluation(self.model, self.interpolation))
         return dict(self.last[1])

@@ -1,0 +1,171 @@
+"""The loop's training step, eager or captured as CUDA graphs (`train.cuda_graph`).
+
+A step of the field and sdf experiments is a few dozen small kernels whose shapes do not
+change while the grid keeps its resolution: launched one by one from Python, the host's
+time per step exceeds the GPU's (bench/NOTES.md, "Host-light steps"). Captured once as a
+CUDA graph, a step is one launch.
+
+`GraphedStep` runs the same step as `eager_step` (draw the batch, loss, backward, Adam;
+under torchrun the gradient averaging between backward and Adam) with identical random
+numbers: the batch generator is registered with the graph, so every replay draws what the
+eager step would have drawn, and the generator's state advances alike (checkpoints and
+resume work unchanged). Per grid resolution (and per optimiser object: `upsample_moments =
+"reset"` makes a new one) it runs WARMUP eager steps on its side stream (lazy allocations,
+Adam's state), then captures the step once and replays it; an upsample moves the tensors
+the graph reads (`_key`), which releases it, and the cycle starts again. Under torchrun the
+all-reduce stays outside: one graph for the loss and backward, one for Adam, the averaging
+eager in between.
+
+What a captured step needs from an experiment (`graphed = True`, set from `use_graphs`):
+its `loss()` synchronises with the host nowhere (no `.item()`, `.tolist()`, data-dependent
+shapes), draws its random numbers from the generator `gen`, and its optimiser comes from
+`grid_schedule.make_optimizer(..., graphed=True)` (fused Adam, `capturable=True`, the
+learning rate a device tensor). The field and sdf experiments do; nerf's ray sampling has
+data-dependent sizes, so its steps stay eager.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .distributed import World
+
+WARMUP = 2  # eager steps at each resolution before the capture
+MODE = "thread_local"  # the capture's error mode (torch.cuda.graph)
+
+
+def use_graphs(config: Config, device: torch.device) -> bool:
+    """Whether a graph-capable experiment captures its steps: `auto` on CUDA devices, `on`
+    (a ConfigError anywhere else), `off` never."""
+    mode = config.train.cuda_graph
+    if mode == "on" and device.type != "cuda":
+        raise ConfigError(
+            f'train.cuda_graph: "on" captures the steps as CUDA graphs and needs a CUDA '
+            f'device, but the run is on {device.type}; use "auto" or "off"'
+        )
+    return mode != "off" and device.type == "cuda"
+
+
+def parameters(exp: Any) -> list[Tensor]:
+    """The parameters the experiment's optimiser updates."""
+    return [p for group in exp.optimizer.param_groups for p in group["params"]]
+
+
+def forward_backward(exp: Any) -> Tensor:
+    """Loss and backward (the gradients replace the old ones); returns the batch value."""
+    loss, value = exp.loss()
+    exp.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    return value
+
+
+def eager_step(exp: Any, world: World) -> Tensor:
+    """One training step, op by op: the batch value (e.g. its MSE), a device tensor."""
+    value = forward_backward(exp)
+    if world.size > 1:  # the mean over the ranks' shares: the global batch's gradient
+        world.average_gradients(parameters(exp))
+    exp.optimizer.step()
+    return value
+
+
+class GraphedStep:
+    """`eager_step` as CUDA graph replays, captured per grid resolution (module docstring).
+
+    `step()` runs one step and returns the batch value: a tensor the next step overwrites
+    (read or accumulate it before then, as the loop does).
+    """
+
+    def __init__(self, exp: Any, world: World) -> None:
+        self.exp, self.world = exp, world
+        self.stream = torch.cuda.Stream(device=exp.model.features.device)
+        self.key: tuple | None = None  # what the graphs read and write (see `_key`)
+        self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.value: Tensor | None = None  # the captured step's batch value
+        self.warmup = 0  # eager steps left before the capture
+        self.captures = 0  # graphs captured so far (one per resolution)
+
+    def step(self) -> Tensor:
+        key = self._key()
+        if key != self.key:
+            self.release()
+            self.key, self.warmup = key, WARMUP
+        if self.warmup:
+            self.warmup -= 1
+            value = self._on_side_stream(lambda: eager_step(self.exp, self.world))
+            self.key = self._key()  # a first step creates Adam's state
+            return value
+        if not self.graphs:
+            self._capture()
+        self.graphs[0].replay()
+        if len(self.graphs) == 2:
+            self.world.average_gradients(parameters(self.exp))
+            self.graphs[1].replay()
+        return self.value
+
+    def _key(self) -> tuple:
+        """The optimiser and the addresses of the tensors a captured step reads and writes
+        in place: the parameters, their optimiser state and the learning rate. An upsample
+        (or `upsample_moments = "reset"`, or a load) changes them; the graph must follow."""
+        optimizer = self.exp.optimizer
+        addresses = []
+        for group in optimizer.param_groups:
+            if isinstance(group["lr"], Tensor):
+                addresses.append(group["lr"].data_ptr())
+            for p in group["params"]:
+                state = optimizer.state.get(p, {})
+                addresses.append(p.data_ptr())
+                addresses += [t.data_ptr() for t in state.values() if isinstance(t, Tensor)]
+        return (optimizer, tuple(addresses))
+
+    def release(self) -> None:
+        """Drop the graphs (their memory pool goes once nothing holds its tensors)."""
+        self.graphs, self.value = [], None
+
+    def _on_side_stream(self, fn):
+        main = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(main)
+        with torch.cuda.stream(self.stream):
+            out = fn()
+        main.wait_stream(self.stream)
+        return out
+
+    def _capture(self) -> None:
+        """Record the step (nothing runs: the replay that follows does the step)."""
+        exp = self.exp
+        exp.optimizer.zero_grad(set_to_none=True)  # backward allocates them in the graph
+        together = self.world.size == 1
+        try:
+            first = torch.cuda.CUDAGraph()
+            first.register_generator_state(exp.gen)  # replays draw fresh batches from `gen`
+            # thread_local: other threads' CUDA calls (NCCL's watchdog under torchrun) stay
+            # legal while this thread captures
+            with torch.cuda.graph(first, stream=self.stream, capture_error_mode=MODE):
+                self.value = forward_backward(exp)
+                if together:
+                    exp.optimizer.step()
+            self.graphs = [first]
+            if not together:  # the gradient averaging stays eager, between the two graphs
+                second = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(
+                    second, pool=first.pool(), stream=self.stream, capture_error_mode=MODE
+                ):
+                    exp.optimizer.step()
+                self.graphs.append(second)
+        except torch.OutOfMemoryError:
+            self.release()
+            raise  # the loop names the config's sizes (train/memory.py)
+        except RuntimeError as error:
+            self.release()
+            problem = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise RuntimeError(
+                f"train.cuda_graph: capturing the training step as a CUDA graph failed "
+                f"({problem}); run the steps op by op with --set train.cuda_graph=off"
+            ) from error
+        self.captures += 1
