@@ -364,13 +364,19 @@ TensorTriple composite_rays_backward_op(const Tensor& grad_rgb, const Tensor& gr
   return op.call(grad_rgb, grad_depth, grad_acc, tau, colors, t, offsets, background, mask);
 }
 
-// Inputs: tau [S], colors [S, C], t [S], offsets [R + 1], background [C] / [R, C] (undefined:
+// A Function's tensor arguments must be defined: no background travels as an empty [0] tensor
+// (never a valid background, whose C >= 1).
+std::optional<Tensor> present(const Tensor& background) {
+  if (background.dim() == 1 && background.size(0) == 0) return std::nullopt;
+  return background;
+}
+
+// Inputs: tau [S], colors [S, C], t [S], offsets [R + 1], background [C] / [R, C] (empty [0]:
 // none). Outputs: rgb [R, C], depth [R], acc [R].
 struct CompositeRaysFunction : torch::autograd::Function<CompositeRaysFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& tau, const Tensor& colors,
                                const Tensor& t, const Tensor& offsets, const Tensor& background) {
-    const std::optional<Tensor> bg =
-        background.defined() ? std::optional<Tensor>(background) : std::nullopt;
+    const std::optional<Tensor> bg = present(background);
     Tensor rgb, depth, acc;
     {
       at::AutoDispatchBelowADInplaceOrView below;
@@ -385,8 +391,7 @@ struct CompositeRaysFunction : torch::autograd::Function<CompositeRaysFunction> 
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &tau = saved[0], &colors = saved[1], &t = saved[2], &offsets = saved[3];
     const Tensor &background = saved[4], &acc = saved[5];
-    const std::optional<Tensor> bg =
-        background.defined() ? std::optional<Tensor>(background) : std::nullopt;
+    const std::optional<Tensor> bg = present(background);
     const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                       ctx->needs_input_grad(2)};
     Tensor grad_tau, grad_colors, grad_t, grad_background;
@@ -395,7 +400,7 @@ struct CompositeRaysFunction : torch::autograd::Function<CompositeRaysFunction> 
       std::tie(grad_tau, grad_colors, grad_t) = composite_rays_backward_op(
           grads[0], grads[1], grads[2], tau, colors, t, offsets, bg, mask);
     }
-    if (background.defined() && ctx->needs_input_grad(4)) {
+    if (bg && ctx->needs_input_grad(4)) {
       // rgb = ... + (1 - acc) background: d rgb / d background = 1 - acc, per ray.
       grad_background = grads[0].mul(acc.neg().add(1).unsqueeze(1));  // [R, C]
       if (background.dim() == 1) grad_background = grad_background.sum(0);
@@ -408,7 +413,7 @@ struct CompositeRaysFunction : torch::autograd::Function<CompositeRaysFunction> 
 std::tuple<Tensor, Tensor, Tensor> composite_rays_autograd(
     const Tensor& tau, const Tensor& colors, const Tensor& t, const Tensor& offsets,
     const std::optional<Tensor>& background) {
-  const Tensor bg = background ? *background : Tensor();
+  const Tensor bg = background ? *background : tau.new_empty({0});
   if (!records({&tau, &colors, &t, &bg})) {
     at::AutoDispatchBelowADInplaceOrView below;
     return composite_rays_op(tau, colors, t, offsets, background);

@@ -53,11 +53,12 @@ def test_march_matches_the_per_ray_reference_bitwise(device, dtype, with_occupan
     step[9] = float("nan")
     occ = occupancy(device) if with_occupancy else None
     got = grid.march_rays_static(
-        o, d, lo, hi, step, max_steps=40, near=0.3, jitter=jitter, occupancy=occ
+        o, d, lo, hi, step, max_steps=14, near=0.3, jitter=jitter, occupancy=occ
     )
-    rays, t, points, counts = reference_samples(o, d, lo, hi, step, jitter, 0.3, 40, occ)
-    assert rays.shape[0] > 300 and counts[7:10].tolist() == [0, 0, 0]
-    assert (counts == 40).any()  # some rays are cut at max_steps
+    rays, t, points, counts = reference_samples(o, d, lo, hi, step, jitter, 0.3, 14, occ)
+    assert rays.shape[0] > 100 and counts[7:10].tolist() == [0, 0, 0]
+    if occ is None:
+        assert (counts == 14).any()  # some rays are cut at max_steps
     assert got.t.dtype == got.points.dtype == dtype and got.ray_indices.dtype == torch.int64
     assert torch.equal(got.ray_indices.cpu(), rays)
     assert torch.equal(got.t.cpu(), t) and torch.equal(got.points.cpu(), points)
