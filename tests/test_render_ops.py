@@ -103,6 +103,33 @@ def test_march_capacity_pads_and_drops(device):
     assert empty.t.shape == (0,) and empty.points.shape == (0, 3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_march_fill_stays_inside_each_rays_range(device):
+    # offsets that are not the scan of this march's counts: every ray writes inside its own
+    # range only (no race between rays on CUDA), cut short or padded; nothing is left unset
+    ops = torch.ops.grid
+    o, d, lo, hi, step, jitter = march_inputs(12, torch.float64, device)
+    counts = ops.march_rays_count(o, d, lo, hi, 0.0, step, jitter, None, None, 30)
+    assert counts.max() > 3
+    ranges = torch.full_like(counts, 3)  # every ray gets 3 slots
+    offsets = torch.cat([counts.new_zeros(1), ranges.cumsum(0)])
+    rays, t, points = ops.march_rays_fill(
+        o, d, lo, hi, 0.0, step, jitter, None, None, 30, offsets, 36
+    )
+    exact = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    rays_e, t_e, _ = ops.march_rays_fill(
+        o, d, lo, hi, 0.0, step, jitter, None, None, 30, exact, int(exact[-1])
+    )
+    for r in range(12):
+        kept = min(int(counts[r]), 3)
+        got = slice(3 * r, 3 * r + kept)
+        want = slice(int(exact[r]), int(exact[r]) + kept)
+        assert (rays[got] == r).all() and torch.equal(t[got], t_e[want])
+        pad = slice(3 * r + kept, 3 * r + 3)
+        assert (rays[pad] == 12).all() and (t[pad] == 0).all()
+        assert torch.equal(points[pad], (2 * lo - hi).expand(3 - kept, 3))
+
+
 def test_march_samples_are_constants_for_autograd():
     o, d, lo, hi, step, jitter = march_inputs(10, torch.float64, "cpu")
     o.requires_grad_()

@@ -144,7 +144,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> march_rays_fill_cpu(
       for (int64_t r = begin; r < end; ++r) {
         const RayMarch<scalar_t> ray = in.ray(r);
         int64_t at = start[r];
-        for (int64_t j = 0; j < ray.steps && at < capacity; ++j) {
+        // only inside the ray's own range: offsets that are not the scan of this march's
+        // counts then drop samples or leave padding, never write another ray's slots
+        const int64_t stop = std::min<int64_t>(start[r + 1], capacity);
+        for (int64_t j = 0; j < ray.steps && at < stop; ++j) {
           const scalar_t tj = ray.t_at(j);
           scalar_t p[3];
           ray.point_at(tj, p);
@@ -155,6 +158,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> march_rays_fill_cpu(
             for (int a = 0; a < 3; ++a) p_out[3 * at + a] = p[a];
           }
           ++at;
+        }
+        for (at = std::max<int64_t>(at, 0); at < stop; ++at) {  // a range longer than the count
+          ray_out[at] = R;
+          t_out[at] = 0;
+          for (int a = 0; a < 3; ++a)
+            p_out[3 * at + a] = sub_rn(in.box[a], sub_rn(in.box[3 + a], in.box[a]));
         }
       }
     });

@@ -76,9 +76,12 @@ __global__ void __launch_bounds__(kThreads)
   const RayMarch<T> ray = ray_of(p, r);
   const Occupancy<T> occ = occupancy_of(p);
   const int64_t start = kFill ? offsets[r] : 0;
+  // only inside the ray's own range: offsets that are not the scan of this march's counts
+  // then drop samples or leave padding, never write another ray's slots
+  const int64_t stop = kFill ? min(offsets[r + 1], capacity) : 0;
   int64_t kept = 0;  // the same in every lane of the warp
   for (int64_t j0 = 0; j0 < ray.steps; j0 += kWarp) {
-    if (kFill && start + kept >= capacity) break;
+    if (kFill && start + kept >= stop) break;
     const int64_t j = j0 + lane;
     bool keep = false;
     T tj = 0, pt[3] = {0, 0, 0};
@@ -90,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned ballot = __ballot_sync(0xffffffffu, keep);
     if (kFill && keep) {
       const int64_t at = start + kept + __popc(ballot & ((1u << lane) - 1u));
-      if (at >= 0 && at < capacity) {
+      if (at >= 0 && at < stop) {
         ray_out[at] = r;
         t_out[at] = tj;
 #pragma unroll
@@ -100,6 +103,16 @@ __global__ void __launch_bounds__(kThreads)
     kept += __popc(ballot);
   }
   if (!kFill && lane == 0) counts[r] = kept;
+  if (kFill) {  // a range longer than the count: padding, as after the last ray
+    const T* lo = p.lo;
+    const T* hi = p.hi;
+    for (int64_t at = max(start + kept, int64_t(0)) + lane; at < stop; at += kWarp) {
+      ray_out[at] = p.R;
+      t_out[at] = 0;
+#pragma unroll
+      for (int a = 0; a < 3; ++a) points_out[3 * at + a] = sub_rn(lo[a], sub_rn(hi[a], lo[a]));
+    }
+  }
 }
 
 // The slots from offsets[R] on: ray index R, t = 0, point 2 lo - hi (outside the box).
