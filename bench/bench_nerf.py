@@ -1,5 +1,8 @@
 """N1: one NeRF training step (render a batch of rays, MSE + TV, backward, Adam), VoxelNeRF on
-`grid.sample` ("native") against the same model on `F.grid_sample` ("grid_sample").
+`grid.sample` with the fused renderer ("native": the native ray marcher and compositor, no
+host synchronisation) against the same model on `F.grid_sample` with the plain-PyTorch
+renderer ("grid_sample", the baseline) and on `grid.sample` with the plain-PyTorch renderer
+("native_torch", the step before the fused renderer).
 
     python bench/bench_nerf.py --config configs/nerf_scene_gpu.toml [--checkpoint RUN/checkpoint.pt]
                                [--json PATH] [--set key=value ...] [--warmup N] [--reps N]
@@ -22,6 +25,7 @@ synchronises after every step and reads the host clock. JSON and a markdown tabl
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -72,7 +76,7 @@ def step_fn(model: VoxelNeRF, exp: NerfExperiment, index: torch.Tensor, tv_weigh
             loss = loss + tv_weight * model.total_variation()
         loss.backward()
         opt.step()
-        info["samples"] = out["samples"]
+        info["samples"] = out["samples"]  # an int, or a tensor on the device (fused)
         return loss
 
     return step, info
@@ -85,15 +89,24 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
         native.occupancy.fill_(True)
         native.weight_threshold = 0.0
     other = to_channels_first(native, exp.config)
+    native_torch = copy.deepcopy(native)
+    native_torch.renderer = "torch"
     o, d = exp.rays_o[index], exp.rays_d[index]
     with torch.no_grad():
         a = native.render(o, d, exp.background)["rgb"]
         b = other.render(o, d, exp.background)["rgb"]
-    check = float((a - b).abs().max())
-    row = {"workload": "N1", "state": state, "rays": index.numel(), "rgb_max_abs_diff": check}
+        c = native_torch.render(o, d, exp.background)["rgb"]
+    row = {
+        "workload": "N1",
+        "state": state,
+        "rays": index.numel(),
+        "rgb_max_abs_diff": float((a - b).abs().max()),
+        "rgb_max_abs_diff_torch_renderer": float((a - c).abs().max()),
+    }
     dev = exp.device
     warm, reps = ctx.warmup[dev.type], ctx.reps[dev.type]
-    for name, model in (("native", native), ("grid_sample", other)):
+    models = (("native", native), ("native_torch", native_torch), ("grid_sample", other))
+    for name, model in models:
         step, info = step_fn(model, exp, index, exp.config.train.tv_weight)
         queued, error = attempt(lambda step=step: timeit(step, dev, warm, reps))
         sync, error2 = attempt(lambda step=step: timeit_synced(step, dev, warm, reps))
@@ -101,15 +114,20 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
             "queued": queued,
             "synced": sync,
             "error": error or error2,
-            "samples_per_ray": info.get("samples", 0) / index.numel(),
+            "samples_per_ray": float(info.get("samples", 0)) / index.numel(),
         }
         free_memory()
+    dropped = native.capacity.dropped
+    row["native_samples_dropped"] = 0 if dropped is None else int(dropped)
     for method in ("queued", "synced"):
         ours, base = row["native"][method], row["grid_sample"][method]
+        before = row["native_torch"][method]
         if ours and base:
             row[f"speedup_{method}"] = base["median"] / ours["median"]
             row[f"native_steps_per_s_{method}"] = 1e3 / ours["median"]
             row[f"grid_sample_steps_per_s_{method}"] = 1e3 / base["median"]
+        if ours and before:
+            row[f"speedup_vs_torch_renderer_{method}"] = before["median"] / ours["median"]
     return row
 
 
@@ -122,8 +140,11 @@ def profile(exp: NerfExperiment, index: torch.Tensor, steps: int = 5) -> None:
     if exp.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     key = "cuda_time_total" if exp.device.type == "cuda" else "cpu_time_total"
+    native_torch = copy.deepcopy(exp.model)
+    native_torch.renderer = "torch"
     for name, model in (
         ("native", exp.model),
+        ("native_torch", native_torch),
         ("grid_sample", to_channels_first(exp.model, exp.config)),
     ):
         step, _ = step_fn(model, exp, index, exp.config.train.tv_weight)
@@ -145,8 +166,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "",
         "| workload | state | samples/ray | native queued ms | grid_sample queued ms | speedup "
         "| native synced ms | grid_sample synced ms | speedup | steps/s native / grid_sample "
-        "(synced) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(synced) | native_torch queued / synced ms | native vs native_torch (queued / synced) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
 
@@ -154,8 +175,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
             stats = r[who][method]
             return fmt_ms(stats["median"]) if stats else "ERROR"
 
-        def ratio(method, r=r):
-            x = r.get(f"speedup_{method}")
+        def ratio(method, r=r, prefix="speedup_"):
+            x = r.get(f"{prefix}{method}")
             return "-" if x is None else f"{x:.2f}x"
 
         rate = "-"
@@ -167,7 +188,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
             f"| N1 | {r['state']} | {r['native']['samples_per_ray']:.1f} | "
             f"{ms('native', 'queued')} | {ms('grid_sample', 'queued')} | {ratio('queued')} | "
             f"{ms('native', 'synced')} | {ms('grid_sample', 'synced')} | {ratio('synced')} | "
-            f"{rate} |"
+            f"{rate} | {ms('native_torch', 'queued')} / {ms('native_torch', 'synced')} | "
+            f"{ratio('queued', prefix='speedup_vs_torch_renderer_')} / "
+            f"{ratio('synced', prefix='speedup_vs_torch_renderer_')} |"
         )
     return "\n".join(lines)
 

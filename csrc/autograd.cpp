@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -364,6 +365,136 @@ Tensor total_variation_autograd(const Tensor& features) {
   return TotalVariationFunction::apply(features);
 }
 
+// ---- rendering ------------------------------------------------------------------------------
+
+using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
+
+TensorTriple composite_rays_op(const Tensor& tau, const Tensor& colors, const Tensor& t,
+                               const Tensor& offsets, const std::optional<Tensor>& background) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::composite_rays", "")
+                             .typed<TensorTriple(const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&, const std::optional<Tensor>&)>();
+  return op.call(tau, colors, t, offsets, background);
+}
+
+TensorTriple composite_rays_backward_op(const Tensor& grad_rgb, const Tensor& grad_depth,
+                                        const Tensor& grad_acc, const Tensor& tau,
+                                        const Tensor& colors, const Tensor& t,
+                                        const Tensor& offsets,
+                                        const std::optional<Tensor>& background,
+                                        std::array<bool, 3> mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::composite_rays_backward", "")
+          .typed<TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const Tensor&, const Tensor&, const Tensor&,
+                              const std::optional<Tensor>&, std::array<bool, 3>)>();
+  return op.call(grad_rgb, grad_depth, grad_acc, tau, colors, t, offsets, background, mask);
+}
+
+// A Function's tensor arguments must be defined: no background travels as an empty [0] tensor
+// (never a valid background, whose C >= 1).
+std::optional<Tensor> present(const Tensor& background) {
+  if (background.dim() == 1 && background.size(0) == 0) return std::nullopt;
+  return background;
+}
+
+// Inputs: tau [S], colors [S, C], t [S], offsets [R + 1], background [C] / [R, C] (empty [0]:
+// none). Outputs: rgb [R, C], depth [R], acc [R].
+struct CompositeRaysFunction : torch::autograd::Function<CompositeRaysFunction> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& tau, const Tensor& colors,
+                               const Tensor& t, const Tensor& offsets, const Tensor& background) {
+    const std::optional<Tensor> bg = present(background);
+    Tensor rgb, depth, acc;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(rgb, depth, acc) = composite_rays_op(tau, colors, t, offsets, bg);
+    }
+    ctx->save_for_backward({tau, colors, t, offsets, background, acc});
+    return {rgb, depth, acc};
+  }
+
+  // grads: {[R, C], [R], [R]} (zeros where an output was not used)
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &tau = saved[0], &colors = saved[1], &t = saved[2], &offsets = saved[3];
+    const Tensor &background = saved[4], &acc = saved[5];
+    const std::optional<Tensor> bg = present(background);
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      ctx->needs_input_grad(2)};
+    Tensor grad_tau, grad_colors, grad_t, grad_background;
+    if (mask[0] || mask[1] || mask[2]) {
+      // Through the dispatcher: its own autograd raises if a graph of it is asked for.
+      std::tie(grad_tau, grad_colors, grad_t) = composite_rays_backward_op(
+          grads[0], grads[1], grads[2], tau, colors, t, offsets, bg, mask);
+    }
+    if (bg && ctx->needs_input_grad(4)) {
+      // rgb = ... + (1 - acc) background: d rgb / d background = 1 - acc, per ray.
+      grad_background = grads[0].mul(acc.neg().add(1).unsqueeze(1));  // [R, C]
+      if (background.dim() == 1) grad_background = grad_background.sum(0);
+    }
+    return {grad_or_none(mask[0], grad_tau), grad_or_none(mask[1], grad_colors),
+            grad_or_none(mask[2], grad_t), Tensor(), grad_background};
+  }
+};
+
+std::tuple<Tensor, Tensor, Tensor> composite_rays_autograd(
+    const Tensor& tau, const Tensor& colors, const Tensor& t, const Tensor& offsets,
+    const std::optional<Tensor>& background) {
+  const Tensor bg = background ? *background : tau.new_empty({0});
+  if (!records({&tau, &colors, &t, &bg})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return composite_rays_op(tau, colors, t, offsets, background);
+  }
+  const variable_list out = CompositeRaysFunction::apply(tau, colors, t, offsets, bg);
+  return {out[0], out[1], out[2]};
+}
+
+// The ops without gradients (samples are constants; ray_weights is for decisions such as which
+// samples to colour): run below autograd, so their outputs never require grad.
+Tensor march_rays_count_autograd(const Tensor& origins, const Tensor& directions, const Tensor& lo,
+                                 const Tensor& hi, double near, const Tensor& step,
+                                 const std::optional<Tensor>& jitter,
+                                 const std::optional<Tensor>& occupancy,
+                                 const std::optional<Tensor>& occupancy_bounds, int64_t max_steps) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::march_rays_count", "")
+          .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                        const Tensor&, const std::optional<Tensor>&, const std::optional<Tensor>&,
+                        const std::optional<Tensor>&, int64_t)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(origins, directions, lo, hi, near, step, jitter, occupancy, occupancy_bounds,
+                 max_steps);
+}
+
+TensorTriple march_rays_fill_autograd(const Tensor& origins, const Tensor& directions,
+                                      const Tensor& lo, const Tensor& hi, double near,
+                                      const Tensor& step, const std::optional<Tensor>& jitter,
+                                      const std::optional<Tensor>& occupancy,
+                                      const std::optional<Tensor>& occupancy_bounds,
+                                      int64_t max_steps, const Tensor& offsets, int64_t capacity) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::march_rays_fill", "")
+          .typed<TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                              const Tensor&, const std::optional<Tensor>&,
+                              const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t,
+                              const Tensor&, int64_t)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(origins, directions, lo, hi, near, step, jitter, occupancy, occupancy_bounds,
+                 max_steps, offsets, capacity);
+}
+
+Tensor ray_weights_autograd(const Tensor& tau, const Tensor& offsets) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::ray_weights", "")
+                             .typed<Tensor(const Tensor&, const Tensor&)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(tau, offsets);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(grid, Autograd, m) {
@@ -375,6 +506,11 @@ TORCH_LIBRARY_IMPL(grid, Autograd, m) {
   m.impl("sample_double_backward", torch::autograd::autogradNotImplementedFallback());
   m.impl("total_variation", &total_variation_autograd);
   m.impl("total_variation_backward", &total_variation_backward_autograd);
+  m.impl("march_rays_count", &march_rays_count_autograd);
+  m.impl("march_rays_fill", &march_rays_fill_autograd);
+  m.impl("composite_rays", &composite_rays_autograd);
+  m.impl("composite_rays_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("ray_weights", &ray_weights_autograd);
 }
 
 }  // namespace grid

@@ -49,6 +49,39 @@ TORCH_LIBRARY(grid, m) {
   m.def(
       "total_variation_add_grad_(Tensor(a!) grad, Tensor features, float weight, "
       "bool compute_value) -> Tensor");
+
+  // ---- rendering: ray marching and compositing of packed samples --------------------------
+  // Fixed-step marching with empty-space skipping (csrc/ray_march.h). origins, directions:
+  // [R, 3]; lo, hi: [3] the box; step: [R]; jitter: [R] in [0, 1) or None (0.5, step centres);
+  // occupancy: [X, Y, Z] bool with occupancy_bounds [2, 3], or neither; at most max_steps
+  // steps per ray -> the number of samples each ray keeps, [R] int64. Not differentiable.
+  m.def(
+      "march_rays_count(Tensor origins, Tensor directions, Tensor lo, Tensor hi, float near, "
+      "Tensor step, Tensor? jitter, Tensor? occupancy, Tensor? occupancy_bounds, int max_steps) "
+      "-> Tensor");
+  // The same samples, packed in a buffer of `capacity`: ray r's from offsets[r] on (offsets:
+  // [R + 1] int64, the exclusive scan of the counts), those at or past capacity dropped
+  // -> (ray_indices [capacity] int64, t [capacity], points [capacity, 3]); the slots from
+  // offsets[R] on are padding: ray index R, t = 0, point 2 lo - hi. Not differentiable.
+  m.def(
+      "march_rays_fill(Tensor origins, Tensor directions, Tensor lo, Tensor hi, float near, "
+      "Tensor step, Tensor? jitter, Tensor? occupancy, Tensor? occupancy_bounds, int max_steps, "
+      "Tensor offsets, int capacity) -> (Tensor, Tensor, Tensor)");
+  // Front-to-back compositing (csrc/ray_composite.h). tau: [S] optical thickness of each sample
+  // (alpha = 1 - exp(-tau)); colors: [S, C]; t: [S]; offsets: [R + 1] int64, ray r owns samples
+  // [offsets[r], offsets[r + 1]); background: [C], [R, C] or None
+  // -> (rgb [R, C], depth [R], acc [R]).
+  m.def(
+      "composite_rays(Tensor tau, Tensor colors, Tensor t, Tensor offsets, Tensor? background) "
+      "-> (Tensor, Tensor, Tensor)");
+  // -> (grad_tau [S], grad_colors [S, C], grad_t [S]); masked-out outputs are empty [0].
+  m.def(
+      "composite_rays_backward(Tensor grad_rgb, Tensor grad_depth, Tensor grad_acc, Tensor tau, "
+      "Tensor colors, Tensor t, Tensor offsets, Tensor? background, bool[3] output_mask) "
+      "-> (Tensor, Tensor, Tensor)");
+  // tau: [S], offsets: [R + 1] -> the compositing weights [S] (0 outside every ray). Not
+  // differentiable (composite_rays is).
+  m.def("ray_weights(Tensor tau, Tensor offsets) -> Tensor");
 }
 
 // Lets `import grid._C` load the library (which registers the ops above) as a Python module.

@@ -10,8 +10,14 @@ from . import reference
 from ._version import __version__
 from .occupancy import OccupancyGrid
 from .ops import sample, total_variation, total_variation_add_grad_, trilinear
-from .rays import RaySamples, march_rays, ray_aabb
-from .volrend import accumulate_along_rays, composite, composite_weights
+from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
+from .volrend import (
+    accumulate_along_rays,
+    composite,
+    composite_rays,
+    composite_weights,
+    ray_weights,
+)
 from .voxel_grid import VoxelGrid
 
 __all__ = [
@@ -24,9 +30,13 @@ __all__ = [
     "ray_aabb",
     "march_rays",
     "RaySamples",
+    "march_rays_static",
+    "PackedSamples",
     "OccupancyGrid",
     "composite_weights",
     "accumulate_along_rays",
     "composite",
+    "composite_rays",
+    "ray_weights",
     "__version__",
 ]

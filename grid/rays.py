@@ -8,6 +8,9 @@ lists.
     t_near, t_far = grid.ray_aabb(origins, directions, lo, hi)          # [R], [R]
     samples = grid.march_rays(origins, directions, lo, hi, step, occupancy=occ)
     samples.ray_indices, samples.t, samples.points                       # [S], [S], [S, 3]
+
+`march_rays_static` makes the same samples with native kernels into a buffer of a size the
+caller fixes, so that nothing waits for the device (see its docstring).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from . import _checks
+from . import _checks, ray_ops
 from .occupancy import OccupancyGrid
 
 
@@ -102,15 +105,7 @@ def march_rays(
     near = _checks.real("near", near)
     step = _checks.real("step", step, positive=True)
     if occupancy is not None:
-        if not isinstance(occupancy, OccupancyGrid):
-            raise TypeError(
-                f"occupancy: expected an OccupancyGrid or None, got {type(occupancy).__name__}"
-            )
-        if occupancy.flags.device != origins.device:
-            raise ValueError(
-                f"occupancy: expected an OccupancyGrid on {origins.device} like origins, "
-                f"got one on {occupancy.flags.device}"
-            )
+        _check_occupancy(occupancy, origins)
 
     n_rays, device = origins.shape[0], origins.device
     t_near, t_far = _ray_aabb(origins, directions, lo, hi, near)
@@ -129,6 +124,128 @@ def march_rays(
         keep = occupancy.query(points)  # empty space never reaches the caller's fields
         ray_indices, t, points = ray_indices[keep], t[keep], points[keep]
     return RaySamples(ray_indices, t, points)
+
+
+class PackedSamples(NamedTuple):
+    """Packed samples in a buffer of fixed size (`capacity` slots), sorted by ray and front
+    to back within a ray, as `march_rays_static` makes them.
+
+    Attributes:
+        ray_indices: [capacity] int64, each sample's ray; padding slots hold R (no ray).
+        t: [capacity] distance along the ray; 0 in padding slots.
+        points: [capacity, 3] sample positions; padding slots hold `2 lo - hi`, a point
+            outside the box (a zero-padded grid reads nothing there and gets no gradient).
+        offsets: [R + 1] int64: ray r's samples are `[offsets[r], offsets[r + 1])`;
+            `offsets[R]` is the number of slots in use (the rest is padding). This is the
+            segmentation `composite_rays` and `ray_weights` take.
+        total: [] int64, the samples the rays asked for. More than `capacity` means the
+            rays at the end of the batch lost `total - capacity` samples (their far
+            parts); read it when logging, not every step (reading it waits for the device).
+    """
+
+    ray_indices: Tensor
+    t: Tensor
+    points: Tensor
+    offsets: Tensor
+    total: Tensor
+
+
+def march_rays_static(
+    origins: Tensor,
+    directions: Tensor,
+    lo: Tensor | Sequence[float],
+    hi: Tensor | Sequence[float],
+    step: float | Tensor,
+    *,
+    max_steps: int,
+    near: float = 0.0,
+    jitter: float | Tensor | None = None,
+    occupancy: OccupancyGrid | None = None,
+    capacity: int | None = None,
+) -> PackedSamples:
+    """Fixed-step samples along each ray inside the box, skipping empty space, made by two
+    native passes over the rays (count, then fill) into a buffer of `capacity` slots.
+
+    Ray r gets `n_r = min(ceil((t_far - t_near) / step_r), max_steps)` step positions
+    `t = t_near + (j + jitter_r) * step_r`, j = 0 .. n_r - 1, and keeps those whose nearest
+    occupancy voxel is set. With `jitter` 0.5 (the default) and one step for all rays these
+    are bitwise the samples of `march_rays`. Nothing is drawn at random inside: pass
+    `jitter` (e.g. `torch.rand(R)`) for stratified sampling.
+
+    With a `capacity`, the op never reads anything back to the host: the counts are scanned
+    on the device, samples past the capacity are dropped (see `PackedSamples.total`) and the
+    unused slots are padding. Size it from an earlier batch's `total` with some margin, and
+    re-read `total` now and then (as `VoxelNeRF` does). `capacity=None` sizes the buffer
+    exactly, which reads the total back (one synchronisation on CUDA).
+
+    Args:
+        origins, directions: [R, 3] float32 or float64 rays (directions of any length; t
+            counts in their units).
+        lo, hi: [3] the box: tensors on the rays' device, or sequences of three numbers
+            (copied to the device on every call: pass tensors on CUDA).
+        step: the distance between samples (> 0): a number, or [R] per ray in the rays'
+            dtype. A ray whose step is not a positive finite number gets no samples.
+        max_steps: the most step positions of one ray (a bound for the kernels' loops; with
+            unit directions `ceil(box diagonal / step) + 1` loses nothing).
+        near: no samples before this distance.
+        jitter: where in its step each sample sits, in [0, 1): a number, [R] per ray, or
+            None (0.5, the centres).
+        occupancy: optional `OccupancyGrid` on the rays' device.
+        capacity: the buffer's number of slots, or None (exact, reads one number back).
+
+    Returns:
+        `PackedSamples(ray_indices, t, points, offsets, total)`; not differentiable (the
+        samples are constants for autograd).
+    """
+    _check_rays(origins, directions)
+    lo = _corner("lo", lo, origins)
+    hi = _corner("hi", hi, origins)
+    near = _checks.real("near", near)
+    max_steps = _checks.count("max_steps", max_steps)
+    if capacity is not None:
+        capacity = _checks.count("capacity", capacity)
+    n_rays = origins.shape[0]
+    step = _per_ray("step", step, origins, positive=True)
+    if jitter is not None:
+        jitter = _per_ray("jitter", jitter, origins)
+    flags = flag_bounds = None
+    if occupancy is not None:
+        _check_occupancy(occupancy, origins)
+        flags, flag_bounds = occupancy.flags, occupancy.bounds.to(origins.dtype)
+    args = (origins, directions, lo, hi, near, step, jitter, flags, flag_bounds, max_steps)
+    counts = ray_ops.MARCH_COUNT(*args)  # [R]
+    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # [R + 1]
+    total = offsets[n_rays]
+    if capacity is None:
+        capacity = int(total)  # reads the total back
+    ray_indices, t, points = ray_ops.MARCH_FILL(*args, offsets, capacity)
+    return PackedSamples(ray_indices, t, points, offsets.clamp_max(capacity), total)
+
+
+def _per_ray(name: str, value: float | Tensor, origins: Tensor, positive: bool = False) -> Tensor:
+    """A number or an [R] tensor as an [R] tensor in the rays' dtype (a number: expanded
+    without a copy)."""
+    n_rays = origins.shape[0]
+    if isinstance(value, Tensor):
+        _checks.float_tensor(name, value, "[R]", 1)
+        _checks.same_device(name, value, "origins", origins)
+        if value.shape[0] != n_rays:
+            raise ValueError(f"{name}: expected shape [{n_rays}], got {list(value.shape)}")
+        return value.to(origins.dtype)
+    value = _checks.real(name, value, positive=positive)
+    return origins.new_full((1,), value).expand(n_rays)
+
+
+def _check_occupancy(occupancy: object, origins: Tensor) -> None:
+    if not isinstance(occupancy, OccupancyGrid):
+        raise TypeError(
+            f"occupancy: expected an OccupancyGrid or None, got {type(occupancy).__name__}"
+        )
+    if occupancy.flags.device != origins.device:
+        raise ValueError(
+            f"occupancy: expected an OccupancyGrid on {origins.device} like origins, "
+            f"got one on {occupancy.flags.device}"
+        )
 
 
 def _ray_aabb(

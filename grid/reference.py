@@ -10,6 +10,7 @@ whole lists.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -241,3 +242,92 @@ def accumulate_along_rays(
         out[r] += w[i] * v[i]
     dtype = weights.dtype if values is None else torch.promote_types(weights.dtype, values.dtype)
     return out.to(dtype)
+
+
+def march_rays_static(
+    origins: Tensor,
+    directions: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    step: Tensor,
+    jitter: Tensor,
+    near: float,
+    max_steps: int,
+    flags: Tensor | None = None,
+    flag_bounds: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """-> ray_indices [S] int64, t [S], points [S, 3], counts [R] int64: for each ray in
+    turn (step [R] and jitter [R] in the rays' dtype), its min(ceil((t_far - t_near) /
+    step), max_steps) positions t_near + (j + jitter) * step, keeping those whose nearest
+    voxel in `flags` is set. No samples for a non-finite or all-zero ray or a step that is
+    not a positive finite number. Written with the same rounded operations as the kernels,
+    so the samples are bitwise equal."""
+    t_near, t_far = ray_aabb(origins, directions, lo, hi, near)
+    rays, ts, points, counts = [], [], [], []
+    for r in range(origins.shape[0]):
+        o, d, s = origins[r], directions[r], step[r]
+        usable = bool(o.isfinite().all() and d.isfinite().all() and d.any())
+        usable = usable and bool(s.isfinite() and s > 0)
+        n = ((t_far[r] - t_near[r]) / s).ceil() if usable else t_near.new_tensor(0.0)
+        n = min(int(n), max_steps) if n.isfinite() and n > 0 else 0
+        kept = 0
+        for j in range(n):
+            t = t_near[r] + (t_near.new_tensor(float(j)) + jitter[r]) * s
+            p = o + d * t
+            if flags is not None and not occupancy_query(flags, flag_bounds, p[None])[0]:
+                continue
+            rays.append(r)
+            ts.append(t)
+            points.append(p)
+            kept += 1
+        counts.append(kept)
+    counts = torch.tensor(counts, dtype=torch.int64)
+    if not rays:
+        return (
+            torch.zeros(0, dtype=torch.int64),
+            t_near.new_zeros(0),
+            origins.new_zeros(0, 3),
+            counts,
+        )
+    return torch.tensor(rays), torch.stack(ts), torch.stack(points), counts
+
+
+def composite_rays(
+    tau: Tensor, colors: Tensor, t: Tensor, offsets: Tensor, background: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """tau [S], colors [S, C], t [S], offsets [R + 1], background [C] / [R, C] / None ->
+    rgb [R, C], depth [R], acc [R]: for each ray, its samples front to back, each with
+    weight (1 - exp(-tau)) times the product of exp(-tau) over the samples in front.
+    Differentiable through autograd (a loop of small ops)."""
+    n_rays, channels = offsets.shape[0] - 1, colors.shape[1]
+    rgbs, depths, accs = [], [], []
+    for r in range(n_rays):
+        begin, end = int(offsets[r]), int(offsets[r + 1])
+        transmittance = tau.new_ones(())
+        rgb, depth, acc = tau.new_zeros(channels), tau.new_zeros(()), tau.new_zeros(())
+        for i in range(begin, end):
+            w = (1 - torch.exp(-tau[i])) * transmittance
+            rgb = rgb + w * colors[i]
+            depth = depth + w * t[i]
+            acc = acc + w
+            transmittance = transmittance * torch.exp(-tau[i])
+        if background is not None:
+            rgb = rgb + (1 - acc) * (background if background.dim() == 1 else background[r])
+        rgbs.append(rgb)
+        depths.append(depth)
+        accs.append(acc)
+    if n_rays == 0:
+        return tau.new_zeros(0, channels), tau.new_zeros(0), tau.new_zeros(0)
+    return torch.stack(rgbs), torch.stack(depths), torch.stack(accs)
+
+
+def ray_weights(tau: Tensor, offsets: Tensor) -> Tensor:
+    """tau [S], offsets [R + 1] -> weights [S] (0 outside every ray), a float64 product."""
+    out = [0.0] * tau.shape[0]
+    x = tau.double().tolist()
+    for r in range(offsets.shape[0] - 1):
+        transmittance = 1.0
+        for i in range(int(offsets[r]), int(offsets[r + 1])):
+            out[i] = -math.expm1(-x[i]) * transmittance
+            transmittance *= math.exp(-x[i])
+    return torch.tensor(out, dtype=torch.float64).to(tau.dtype)

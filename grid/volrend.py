@@ -6,6 +6,12 @@ transmittance in front of it; colour, depth and opacity are weighted sums per ra
 
     weights = grid.composite_weights(alpha, ray_indices, n_rays)            # [S]
     rgb, depth, acc = grid.composite(weights, ray_indices, n_rays, colors, t, background)
+
+`composite_rays` and `ray_weights` do the same in native kernels (one thread per ray, an
+analytic backward), on rays segmented by offsets (`grid.march_rays_static`'s) and
+parametrised by each sample's optical thickness `tau` (alpha = 1 - exp(-tau)):
+
+    rgb, depth, acc = grid.composite_rays(tau, colors, t, offsets, background)
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _checks
+from . import _checks, ray_ops
 
 # log(1 - alpha) is taken with alpha clamped to this, so an opaque sample (alpha = 1)
 # leaves a transmittance of 1e-6 rather than log(0) = -inf (which would make NaN).
@@ -159,6 +165,73 @@ def composite(
     return rgb, depth, acc
 
 
+def composite_rays(
+    tau: Tensor,
+    colors: Tensor,
+    t: Tensor,
+    offsets: Tensor,
+    background: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Colour, expected depth and opacity of each ray, composited front to back in one
+    native pass per ray, with an analytic backward.
+
+    Ray r owns the samples `[offsets[r], offsets[r + 1])`, front to back. Sample i has
+    opacity `alpha_i = 1 - exp(-tau_i)` and weight `w_i = alpha_i T_i`, with
+    `T_i = exp(-sum of tau over the ray's earlier samples)`; then `acc = sum w`,
+    `depth = sum w t`, `rgb = sum w colour + (1 - acc) background`.
+
+    Args:
+        tau: [S] float32 or float64, each sample's optical thickness (density times the
+            length of its step, >= 0). A density on a grid with a step `delta` gives
+            `tau = sigma * delta`; an opacity gives `tau = -log1p(-alpha)`.
+        colors: [S, C] the samples' colours (or any features), like tau.
+        t: [S] the samples' distances along their rays, like tau.
+        offsets: [R + 1] int64 on tau's device, non-decreasing (not checked: values outside
+            [0, S] are clamped, so nothing is read out of bounds). Samples outside every
+            ray are ignored (e.g. `march_rays_static`'s padding) and get zero gradients.
+        background: [C] or [R, C] like tau, the colour behind the scene; None: black.
+
+    Returns:
+        (rgb [R, C], depth [R], acc [R]) in tau's dtype. Depth is not divided by acc.
+        Differentiable with respect to tau, colors, t and background (not twice).
+    """
+    _check_packed("tau", tau, offsets)
+    _checks.float_tensor("colors", colors, "[S, C]", 2)
+    _checks.float_tensor("t", t, "[S]", 1)
+    _check_like_tau("colors", colors, tau)
+    _check_like_tau("t", t, tau)
+    if t.shape != tau.shape:
+        raise ValueError(f"t: expected shape {list(tau.shape)} like tau, got {list(t.shape)}")
+    if colors.shape[0] != tau.shape[0] or colors.shape[1] < 1:
+        raise ValueError(
+            f"colors: expected shape [{tau.shape[0]}, C] with C >= 1, got {list(colors.shape)}"
+        )
+    if background is not None:
+        _checks.float_tensor("background", background, "[C] or [R, C]", (1, 2))
+        _check_like_tau("background", background, tau)
+        n_rays, c = offsets.shape[0] - 1, colors.shape[1]
+        expected = [c] if background.dim() == 1 else [n_rays, c]
+        if list(background.shape) != expected:
+            raise ValueError(f"background: expected shape {expected}, got {list(background.shape)}")
+    return ray_ops.COMPOSITE(tau, colors, t, offsets, background)
+
+
+def ray_weights(tau: Tensor, offsets: Tensor) -> Tensor:
+    """The compositing weights `w_i = (1 - exp(-tau_i)) T_i` of `composite_rays`, for
+    decisions such as which samples are worth colouring.
+
+    Args:
+        tau: [S] float32 or float64 optical thickness of each sample.
+        offsets: [R + 1] int64, as in `composite_rays`.
+
+    Returns:
+        [S] in tau's dtype; 0 for samples outside every ray. Not differentiable: the result
+        is a constant for autograd (`composite_rays` carries the gradients).
+    """
+    _check_packed("tau", tau, offsets)
+    return ray_ops.WEIGHTS(tau, offsets)
+
+
 # ---- the computations, without checks ----------------------------------------------
 
 
@@ -194,6 +267,25 @@ def _check_samples(name: str, samples: Tensor, ray_indices: Tensor, n_rays: int)
     _checks.same_device("ray_indices", ray_indices, name, samples)
     _checks.same_length("ray_indices", ray_indices, name, samples)
     _checks.count("n_rays", n_rays)
+
+
+def _check_packed(name: str, tau: Tensor, offsets: Tensor) -> None:
+    """tau [S] float32 / float64; offsets [R + 1] int64 on its device."""
+    _checks.float_tensor(name, tau, "[S]", 1)
+    if tau.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{name}: expected a float32 or float64 tensor [S], got {tau.dtype}")
+    if not isinstance(offsets, Tensor) or offsets.dtype != torch.int64:
+        got = offsets.dtype if isinstance(offsets, Tensor) else type(offsets).__name__
+        raise TypeError(f"offsets: expected an int64 tensor [R + 1], got {got}")
+    if offsets.dim() != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"offsets: expected shape [R + 1], got {list(offsets.shape)}")
+    _checks.same_device("offsets", offsets, name, tau)
+
+
+def _check_like_tau(name: str, value: Tensor, tau: Tensor) -> None:
+    _checks.same_device(name, value, "tau", tau)
+    if value.dtype != tau.dtype:
+        raise TypeError(f"{name}: expected dtype {tau.dtype} like tau, got {value.dtype}")
 
 
 def _check_values(name: str, values: Tensor, weights: Tensor, dim: int | None = None) -> None:

@@ -4,6 +4,11 @@
 `grid.composite_weights` and `grid.composite`. The functions below are the model's own code
 from before that move, kept verbatim as the reference: the library and the model must give
 the same bits (samples, renders, gradients), so trained results do not change.
+
+That holds for `renderer="torch"` (the plain-PyTorch renderer, which the grid_sample baseline
+uses), pinned here. The fused renderer (native ops, the default on the native backend) gives
+the same samples but composites in another order of rounding: tests/test_nerf_fused.py checks
+it against this old render in float64.
 """
 
 from __future__ import annotations
@@ -125,6 +130,7 @@ def rays(n: int, seed: int = 2, dtype=torch.float32) -> tuple[torch.Tensor, torc
 def model(**kwargs) -> VoxelNeRF:
     """A random model on the native backend with a partly empty density grid."""
     torch.manual_seed(0)
+    kwargs.setdefault("renderer", "torch")
     m = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, **kwargs)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():

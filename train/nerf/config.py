@@ -61,6 +61,13 @@ class NerfConfig:
         "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
         1e-4,
     )
+    renderer: str = doc(
+        "nerf: how rays are sampled and composited: `fused` (the library's native ray marcher "
+        "and compositor, buffers of planned size: a CUDA step never waits for the GPU), "
+        "`torch` (plain PyTorch ops, the sample counts read back every step) or `auto` "
+        "(`fused` with grid.backend = native, `torch` with grid_sample, the baseline).",
+        "auto",
+    )
     lr_density: float = doc("nerf: Adam learning rate of the density grid.", 0.1)
     lr_color: float = doc("nerf: Adam learning rate of the colour grid.", 0.1)
     lr_mlp: float = doc("nerf: Adam learning rate of the colour MLP.", 0.001)
@@ -91,6 +98,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
+    if n.renderer not in ("auto", "fused", "torch"):
+        raise ConfigError(f"nerf.renderer: expected auto, fused or torch, got {n.renderer!r}")
     for key in ("alpha_init", "occupancy_threshold", "weight_threshold"):
         value = getattr(n, key)
         if not 0 <= value < 1:

@@ -60,6 +60,7 @@ def make_model(
         occupancy_threshold=n.occupancy_threshold,
         weight_threshold=n.weight_threshold,
         backend=backend,
+        renderer=n.renderer,
         device=device,
     )
 
@@ -265,7 +266,14 @@ class NerfExperiment:
             "train_seconds": train_seconds,
             "occupied": self.occupied,
             "samples_per_ray": samples.item() / self.config.train.batch_size,
+            "samples_dropped": self.dropped_samples(),
         }
+
+    def dropped_samples(self) -> int:
+        """Samples the fused renderer's planned buffers had no room for, since the start of
+        this process (0 when every batch fit; reads one number back)."""
+        dropped = self.model.capacity.dropped
+        return 0 if dropped is None else int(dropped)
 
     def truth(self, i: int) -> Tensor:
         """Test view i's image on the CPU, [h, w, 3], without padding."""

@@ -21,6 +21,14 @@ An ordinary `nn.Module` you can copy into your own code (it needs only torch and
 `backend="grid_sample"` swaps both grids for `ChannelsFirstGrid`, the same parameters stored
 `[1, F, Z, Y, X]` and sampled with `F.grid_sample` as DirectVoxGO does; everything else is
 identical, so the two can be compared step for step.
+
+`renderer` picks how rays are sampled and composited: "torch" (plain PyTorch ops over packed
+samples: `grid.march_rays`, `grid.composite_weights`, `grid.composite`; the sample counts are
+read back every step) or "fused" (`train/nerf/render.py`: the native marcher and compositor
+with buffers of planned size, so a CUDA step never waits for the GPU). "auto" is "fused" on the
+native backend and "torch" on grid_sample, which stays the plain-PyTorch baseline. Both give
+the same renders up to float rounding (the fused weights are a float32 product, the torch ones
+a float64 sum of logarithms).
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ from torch import Tensor, nn
 
 from grid import OccupancyGrid, VoxelGrid, composite, composite_weights, march_rays
 
+from .render import SampleCapacity, positional_encoding, render_fused
+
 BACKENDS = ("native", "grid_sample")
+RENDERERS = ("auto", "fused", "torch")
 
 
 class ChannelsFirstGrid(nn.Module):
@@ -119,13 +130,6 @@ def make_grid(
     raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
-def positional_encoding(x: Tensor, frequencies: int) -> Tensor:
-    """x: [..., C] -> [..., C * (1 + 2 * frequencies)]: x, sin(2^k x), cos(2^k x)."""
-    scales = 2.0 ** torch.arange(frequencies, device=x.device, dtype=x.dtype)
-    xb = (x[..., None] * scales).flatten(-2)  # [..., C * frequencies]
-    return torch.cat([x, xb.sin(), xb.cos()], dim=-1)
-
-
 class VoxelNeRF(nn.Module):
     """DirectVoxGO-style radiance field over the box `bounds`.
 
@@ -144,6 +148,13 @@ class VoxelNeRF(nn.Module):
             skipped once `update_occupancy` has run.
         weight_threshold: samples with compositing weight below it skip the colour.
         backend: "native" (VoxelGrid, grid.sample) or "grid_sample" (F.grid_sample).
+        renderer: "auto", "fused" or "torch" (see the module docstring).
+
+    Attributes:
+        capacity: the fused renderer's buffer sizes (`train.nerf.render.SampleCapacity`);
+            `capacity.dropped` counts, on the device, the samples that did not fit.
+        sizing: "auto" (exact buffers on the CPU, planned ones on CUDA), "exact" or
+            "planned": how the fused renderer sizes its buffers in `render`.
     """
 
     def __init__(
@@ -160,9 +171,17 @@ class VoxelNeRF(nn.Module):
         occupancy_threshold: float = 1e-4,
         weight_threshold: float = 1e-4,
         backend: str = "native",
+        renderer: str = "auto",
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer: expected one of {', '.join(RENDERERS)}, got {renderer!r}")
+        if renderer == "auto":
+            renderer = "fused" if backend == "native" else "torch"
+        self.renderer = renderer
+        self.sizing = "auto"
+        self.capacity = SampleCapacity()
         size = _triple(resolution)
         final = _triple(final_resolution)
         self.bounds_list = [list(map(float, b)) for b in bounds]
@@ -215,6 +234,12 @@ class VoxelNeRF(nn.Module):
         """World distance between consecutive samples along a ray."""
         return self.step_ratio * self.voxel_size()
 
+    def max_steps(self) -> int:
+        """Step positions that cover the box's diagonal (unit directions): the fused
+        marcher's bound per ray."""
+        lo, hi = torch.tensor(self.bounds_list, dtype=torch.float64)
+        return math.ceil(float((hi - lo).norm()) / self.step_size()) + 2
+
     def interval(self) -> float:
         """The sample step in voxels of the final grid: alpha = 1 - exp(-sigma * interval)."""
         return self.step_size() / self.final_voxel
@@ -266,19 +291,36 @@ class VoxelNeRF(nn.Module):
     # ---- rendering ------------------------------------------------------------------------
 
     def render(
-        self, origins: Tensor, directions: Tensor, background: Tensor, *, near: float = 0.0
-    ) -> dict[str, Tensor]:
+        self,
+        origins: Tensor,
+        directions: Tensor,
+        background: Tensor,
+        *,
+        near: float = 0.0,
+        exact: bool | None = None,
+    ) -> dict[str, Tensor | int]:
         """Volume-render rays.
 
         Args:
             origins, directions: [R, 3] world rays (directions of unit length).
             background: [3] colour behind the scene.
             near: no samples before this distance.
+            exact: fused renderer: size the buffers exactly (reads the sample counts back)
+                rather than as planned; None: as `sizing` says.
 
         Returns:
             dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
-            acc [R] (opacity), samples (number of samples that reached the density grid).
+            acc [R] (opacity), samples (number of samples that reached the density grid:
+            an int, or a [] tensor on the device when the fused renderer planned its
+            buffers; read it when logging).
         """
+        if self.renderer == "fused":
+            if exact is None:
+                planned = self.sizing == "planned" or (
+                    self.sizing == "auto" and origins.device.type == "cuda"
+                )
+                exact = not planned
+            return render_fused(self, origins, directions, background, near, exact)
         n_rays = origins.shape[0]
         lo, hi = self.occupancy_grid.bounds
         # Packed samples, sorted by ray; empty space never reaches the grids.
@@ -305,7 +347,8 @@ class VoxelNeRF(nn.Module):
         o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
         rgbs, depths, accs = [], [], []
         for start in range(0, o.shape[0], chunk):
-            out = self.render(o[start : start + chunk], d[start : start + chunk], background)
+            rays = (o[start : start + chunk], d[start : start + chunk])
+            out = self.render(*rays, background, exact=True)
             rgbs.append(out["rgb"])
             depths.append(out["depth"])
             accs.append(out["acc"])
