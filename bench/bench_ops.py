@@ -35,6 +35,11 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
         2^18 uniform points, F = 1 and F = 8 (f = the sum of the channels), linear and
         smoothstep; vs the same step on grid.reference.sample (gather + weights, second
         order through autograd), and vs F.grid_sample where it has a double backward.
+    U1  one grid.MaskedAdam step over a [160, 160, 160, 12] float32 grid whose gradient is
+        non-zero in a random 5%, 50% or 100% of the voxels; vs torch.optim.Adam fused and
+        foreach (which update every voxel). Floor: the gradient read once, param and both
+        moments read and written in the 64-byte lines (CPU) / 32-byte sectors (CUDA) that
+        hold a non-zero gradient.
 
 Every time is a median over repetitions. On the GPU two timings per row: queued (CUDA
 events around kernels enqueued back to back behind a GPU sleep: the kernels' time) and
@@ -47,7 +52,7 @@ bench/results/bench.json and bench.md).
 
 Code: bench/harness.py (timing, rows, targets, tables, JSON; shared with the other
 benchmarks), bench/workloads.py (sizes, seeds, inputs), bench/ops_sample.py (S1-S5, C1, D1),
-bench/ops_other.py (P1, P2, O1, V1), bench/bench_steps.py (T1, E1); this file holds the
+bench/ops_other.py (P1, P2, O1, V1, U1), bench/bench_steps.py (T1, E1); this file holds the
 command line and the targets.
 """
 
@@ -75,7 +80,7 @@ from harness import (
     text_table,
     write_results,
 )
-from ops_other import bench_overhead, bench_total_variation, bench_trilinear
+from ops_other import bench_masked_adam, bench_overhead, bench_total_variation, bench_trilinear
 from ops_sample import (
     S5_FEATURES,
     bench_bf16,
@@ -102,6 +107,7 @@ BENCHES = {
     "V1": bench_total_variation,
     "D1": bench_deterministic,
     "E1": bench_eikonal,
+    "U1": bench_masked_adam,
 }
 
 
@@ -152,6 +158,8 @@ def target_specs() -> list[tuple]:
         ("V1", "add_grad", "pct", 0.5, ">= 50% of the byte floor"),
         ("D1", "bw_S1", "ratio", 2, "deterministic time <= 2x the atomic backward"),
         ("D1", "bw_S2", "ratio", 2, "deterministic time <= 2x the atomic backward"),
+        ("U1", "p5_fused", "speedup", 3, ">= 3x torch's fused Adam (5% of the voxels)"),
+        ("U1", "p100_fused", "ratio", 1.1, "time <= 1.1x torch's fused Adam (every voxel)"),
     ]
     for f in E1_FEATURES:
         for i in E1_INTERPOLATIONS:

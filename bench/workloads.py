@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from grid import reference
 
-WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1")
+WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1", "U1")
 
 # name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.
 FULL = {
@@ -27,6 +27,7 @@ FULL = {
     "V1": {"r": 256, "f": 16},
     "D1": {"S1": {"r": 128, "f": 16, "rays": (4096, 256)}, "S2": {"r": 128, "f": 16, "n": 2**20}},
     "E1": {"r": 128, "n": 2**18},
+    "U1": {"r": 160, "f": 12, "fractions": (0.05, 0.5, 1.0)},
 }
 QUICK = {
     "P1": {"n": 16384, "f": 64},
@@ -42,6 +43,7 @@ QUICK = {
     "V1": {"r": 64, "f": 16},
     "D1": {"S1": {"r": 64, "f": 16, "rays": (512, 128)}, "S2": {"r": 64, "f": 16, "n": 2**16}},
     "E1": {"r": 32, "n": 2**12},
+    "U1": {"r": 48, "f": 12, "fractions": (0.05, 0.5, 1.0)},
 }
 
 

@@ -1,13 +1,20 @@
 // CPU masked Adam (grid.masked_adam_): one pass over param, exp_avg, exp_avg_sq and grad, in
 // place, updating only the elements whose gradient is non-zero (adam_math.h has the update).
 //
-// The four tensors are walked as flat arrays in chunks of kChunkLines 64-byte lines. A chunk's
-// gradient lines are scanned first (an OR of their bits, the sign dropped, so that -0 counts as
-// zero); the param / exp_avg / exp_avg_sq lines of the lines holding a non-zero gradient are
-// prefetched as they are found, then updated. A chunk whose every line is active is updated in
-// one loop. Inside a line, elements with a zero gradient are computed too and then discarded by
-// a bitwise select, so that the loop has no branch and vectorises. Untouched lines are neither
-// read nor written. Each element is owned by one task: results do not depend on the thread count.
+// The four tensors are walked as flat arrays, chunk by chunk (kChunkLines 64-byte lines), each
+// chunk in one of two modes, picked by how many of the previous chunk's lines held a non-zero
+// gradient (a line "is active"):
+// - sparse: the chunk's gradient lines are scanned (an OR of their bits, the sign dropped, so
+//   that -0 counts as zero); the param / exp_avg / exp_avg_sq lines of the active ones are
+//   prefetched as they are found, then updated; the other lines are neither read nor written.
+// - dense (when at least 1 / kDenseShare of the previous chunk's lines were active): the whole
+//   chunk is updated in one streaming loop, then its active lines are counted from the
+//   gradient, still in L1. Updating scattered lines costs about as much as streaming them all
+//   once a fifth to a quarter of them are active (measured on one core of a 2-core EPYC, random
+//   voxels of a 160^3 x 12 grid), and the scan is then pure overhead.
+// Inside a line, elements with a zero gradient are computed too and then discarded by a
+// bitwise select, so that the loop has no branch and vectorises: they keep their exact bits.
+// Each element is owned by one task: results do not depend on the thread count.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -34,6 +41,7 @@ namespace {
 
 constexpr int64_t kLineBytes = 64;
 constexpr int64_t kChunkLines = 256;  // 16 KB of gradient per chunk
+constexpr int64_t kDenseShare = 4;    // dense mode after a chunk with >= 1/4 of its lines active
 
 // The unsigned integer as wide as scalar_t.
 template <typename scalar_t>
@@ -96,28 +104,35 @@ GRID_SIMD_CLONES void masked_adam_range(scalar_t* param, scalar_t* exp_avg, scal
                                         const AdamStep<acc_type<scalar_t>>& s) {
   constexpr int64_t L = kLineBytes / sizeof(scalar_t);  // elements per line
   int32_t active[kChunkLines];
+  bool dense = false;
   for (int64_t c = begin; c < end; c += kChunkLines * L) {
     const int64_t n = std::min(kChunkLines * L, end - c);
     const int64_t lines = n / L;  // whole lines; a last partial one is updated below
     int64_t count = 0;
-    for (int64_t l = 0; l < lines; ++l) {
-      const int64_t o = c + l * L;
-      if (!any_nonzero<scalar_t, L>(grad + o)) continue;
-      active[count++] = static_cast<int32_t>(l);
-      __builtin_prefetch(param + o, 1);
-      __builtin_prefetch(exp_avg + o, 1);
-      __builtin_prefetch(exp_avg_sq + o, 1);
-    }
-    if (count == lines) {
+    if (dense) {
       update_run<kDecay>(param + c, exp_avg + c, exp_avg_sq + c, grad + c, lines * L, s);
+      for (int64_t l = 0; l < lines; ++l) count += any_nonzero<scalar_t, L>(grad + c + l * L);
     } else {
-      for (int64_t a = 0; a < count; ++a) {
-        const int64_t o = c + active[a] * L;
-        update_run<kDecay>(param + o, exp_avg + o, exp_avg_sq + o, grad + o, L, s);
+      for (int64_t l = 0; l < lines; ++l) {
+        const int64_t o = c + l * L;
+        if (!any_nonzero<scalar_t, L>(grad + o)) continue;
+        active[count++] = static_cast<int32_t>(l);
+        __builtin_prefetch(param + o, 1);
+        __builtin_prefetch(exp_avg + o, 1);
+        __builtin_prefetch(exp_avg_sq + o, 1);
+      }
+      if (count == lines) {
+        update_run<kDecay>(param + c, exp_avg + c, exp_avg_sq + c, grad + c, lines * L, s);
+      } else {
+        for (int64_t a = 0; a < count; ++a) {
+          const int64_t o = c + active[a] * L;
+          update_run<kDecay>(param + o, exp_avg + o, exp_avg_sq + o, grad + o, L, s);
+        }
       }
     }
     const int64_t o = c + lines * L;
     update_run<kDecay>(param + o, exp_avg + o, exp_avg_sq + o, grad + o, n - lines * L, s);
+    dense = count * kDenseShare >= lines && lines > 0;
   }
 }
 
