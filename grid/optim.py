@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.optim.adam import adam
 
 from .ops import masked_adam_
 
@@ -46,15 +47,23 @@ class MaskedAdam(torch.optim.Optimizer):
     parameters keep float16 / bfloat16 moments, as `torch.optim.Adam` does, with the
     arithmetic in float32 and one rounding per stored value, as its fused kernel does.
 
+    **Groups that update every element.** A param group with `skip_zero_grad=False` (the
+    name of DirectVoxGO's group option) gets `torch.optim.Adam`'s own step instead
+    (`torch.optim.adam.adam`, foreach where torch picks it): for parameters whose gradient
+    is dense anyway, such as the MLP beside the grids, so that they train exactly as before.
+
     Args:
         params: parameters or param groups (dicts with "params" and any of the options
-            below; each group may set its own `lr`, `betas`, `eps`, `weight_decay`).
+            below; each group may set its own `lr`, `betas`, `eps`, `weight_decay`,
+            `decoupled_weight_decay`, `skip_zero_grad`).
         lr: learning rate, >= 0.
         betas: (beta1, beta2), each in [0, 1).
         eps: > 0, added to the denominator.
         weight_decay: >= 0. As L2 added to the gradient (`torch.optim.Adam`), or with
             `decoupled_weight_decay=True` the parameter shrunk by `1 - lr * weight_decay`
             before the update (`AdamW`); in both cases only where the gradient is non-zero.
+        skip_zero_grad: True: the masked update above; False: `torch.optim.Adam`'s update of
+            every element (see above).
 
     Not supported: amsgrad, maximize, sparse gradients, complex parameters, parameters on
     more than one device (make one optimizer per device). `state_dict()` holds the same
@@ -71,6 +80,7 @@ class MaskedAdam(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         *,
         decoupled_weight_decay: bool = False,
+        skip_zero_grad: bool = True,
     ) -> None:
         defaults = {
             "lr": lr,
@@ -78,9 +88,18 @@ class MaskedAdam(torch.optim.Optimizer):
             "eps": eps,
             "weight_decay": weight_decay,
             "decoupled_weight_decay": decoupled_weight_decay,
+            "skip_zero_grad": skip_zero_grad,
         }
         _check_options(defaults)
         super().__init__(params, defaults)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Also what `load_state_dict` ends with: a state saved without some options (an
+        older one, or torch.optim.Adam's) gets their defaults."""
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("decoupled_weight_decay", False)
+            group.setdefault("skip_zero_grad", True)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As `torch.optim.Optimizer.add_param_group`, and checks the group's options and
@@ -118,6 +137,7 @@ class MaskedAdam(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
+            every = []  # (param, grad, state) of a skip_zero_grad=False group
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -128,18 +148,20 @@ class MaskedAdam(torch.optim.Optimizer):
                         f"parameter of shape {list(p.shape)} is {grad.layout}); use "
                         "torch.optim.SparseAdam for those"
                     )
-                grad = _like(grad, p)
                 state = self.state[p]
-                if not state:
+                if not state:  # the keys and types of torch.optim.Adam's state
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                if not group["skip_zero_grad"]:
+                    every.append((p, grad, state))
+                    continue
                 state["step"] += 1
                 masked_adam_(
                     p,
                     state["exp_avg"],
                     state["exp_avg_sq"],
-                    grad,
+                    _like(grad, p),
                     lr=group["lr"],
                     beta1=beta1,
                     beta2=beta2,
@@ -147,6 +169,24 @@ class MaskedAdam(torch.optim.Optimizer):
                     weight_decay=group["weight_decay"],
                     decoupled_weight_decay=group["decoupled_weight_decay"],
                     step=int(state["step"].item()),
+                )
+            if every:
+                params, grads, states = zip(*every, strict=True)
+                adam(
+                    list(params),
+                    list(grads),
+                    [s["exp_avg"] for s in states],
+                    [s["exp_avg_sq"] for s in states],
+                    [],
+                    [s["step"] for s in states],
+                    decoupled_weight_decay=group["decoupled_weight_decay"],
+                    amsgrad=False,
+                    beta1=beta1,
+                    beta2=beta2,
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=False,
                 )
         return loss
 
@@ -173,6 +213,9 @@ def _check_options(group: dict[str, Any]) -> None:
         raise ValueError(
             f"MaskedAdam: weight_decay: expected a number >= 0, got {group['weight_decay']!r}"
         )
+    for name in ("decoupled_weight_decay", "skip_zero_grad"):
+        if not isinstance(group[name], bool):
+            raise ValueError(f"MaskedAdam: {name}: expected True or False, got {group[name]!r}")
 
 
 def _like(grad: Tensor, param: Tensor) -> Tensor:

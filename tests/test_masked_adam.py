@@ -273,6 +273,58 @@ def test_per_group_learning_rates_and_closure():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_groups_that_update_every_element_are_torch_adam(device):
+    """skip_zero_grad=False (a dense MLP beside the grids): torch.optim.Adam's own step, zero
+    gradients included; the other group stays masked."""
+    gen = torch.Generator().manual_seed(9)
+    start = [torch.randn(40, generator=gen).to(device) for _ in range(3)]
+    ours = [torch.nn.Parameter(t.clone()) for t in start]
+    theirs = [torch.nn.Parameter(t.clone()) for t in start[1:]]
+    opt = grid.MaskedAdam(
+        [{"params": ours[:1]}, {"params": ours[1:], "skip_zero_grad": False, "lr": 0.05}],
+        lr=0.1,
+        weight_decay=0.01,
+    )
+    adam = torch.optim.Adam(theirs, lr=0.05, weight_decay=0.01)
+    for _ in range(4):
+        grads = [sparse_randn(40, 0.5, device, generator=gen) for _ in range(3)]
+        for p, g in zip(ours, grads, strict=True):
+            p.grad = g
+        for p, g in zip(theirs, grads[1:], strict=True):
+            p.grad = g.clone()
+        before = ours[0].detach().clone()
+        opt.step()
+        adam.step()
+        zero = grads[0] == 0
+        assert torch.equal(ours[0][zero], before[zero])
+    for a, b in zip(ours[1:], theirs, strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(opt.state[a]["exp_avg_sq"], adam.state[b]["exp_avg_sq"])
+        assert opt.state[a]["step"].item() == 4
+
+
+def test_loads_a_torch_adam_state_dict():
+    """Adam's state (same keys) carries over: a run can switch to MaskedAdam on resume."""
+    gen = torch.Generator().manual_seed(10)
+    start = torch.randn(30, generator=gen)
+    a, b = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    adam, other = torch.optim.Adam([a], lr=0.1), torch.optim.Adam([b], lr=0.1)
+    for _ in range(2):
+        a.grad = nonzero_randn(30, generator=gen)
+        b.grad = a.grad.clone()
+        adam.step()
+        other.step()
+    masked = grid.MaskedAdam([b], lr=0.1)
+    masked.load_state_dict(other.state_dict())
+    assert masked.param_groups[0]["skip_zero_grad"] is True
+    a.grad = nonzero_randn(30, generator=gen)
+    b.grad = a.grad.clone()
+    adam.step()
+    masked.step()
+    torch.testing.assert_close(a, b, rtol=2e-6, atol=2e-6)
+
+
 def test_parameters_without_gradient_are_skipped():
     a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
     opt = grid.MaskedAdam([a, b], lr=0.1)
@@ -323,6 +375,7 @@ def test_voxel_grid_upsample_carries_the_moments():
         (dict(eps=0.0), r"eps: expected a number > 0"),
         (dict(weight_decay=-1.0), r"weight_decay: expected a number >= 0"),
         (dict(lr="fast"), r"lr: expected a number"),
+        (dict(skip_zero_grad=1), r"skip_zero_grad: expected True or False"),
     ],
 )
 def test_bad_options(options, message):
