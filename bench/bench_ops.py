@@ -40,6 +40,11 @@ Workloads (full sizes; `--quick` shrinks them for a CPU smoke test):
     L1  the fitting loop's field step (bench/bench_loop.py): configs/density_256.toml at
         256^3 with 2^20 points (steps/s) and configs/default.toml (points/s), captured as a
         CUDA graph (the default on CUDA) and op by op; vs the step before issue 21.
+    U1  one grid.MaskedAdam step over a [160, 160, 160, 12] float32 grid whose gradient is
+        non-zero in a random 5%, 50% or 100% of the voxels; vs torch.optim.Adam fused and
+        foreach (which update every voxel). Floor: the gradient read once, param and both
+        moments read and written in the 64-byte lines (CPU) / 32-byte sectors (CUDA) that
+        hold a non-zero gradient.
 
 Every time is a median over repetitions. On the GPU two timings per row: queued (CUDA
 events around kernels enqueued back to back behind a GPU sleep: the kernels' time) and
@@ -52,8 +57,8 @@ bench/results/bench.json and bench.md).
 
 Code: bench/harness.py (timing, rows, targets, tables, JSON; shared with the other
 benchmarks), bench/workloads.py (sizes, seeds, inputs), bench/ops_sample.py (S1-S5, C1, D1),
-bench/ops_other.py (P1, P2, O1, V1), bench/bench_steps.py (T1, E1), bench/bench_loop.py (L1);
-this file holds the command line and the targets.
+bench/ops_other.py (P1, P2, O1, V1, U1), bench/bench_steps.py (T1, E1),
+bench/bench_loop.py (L1); this file holds the command line and the targets.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ from harness import (
     text_table,
     write_results,
 )
-from ops_other import bench_overhead, bench_total_variation, bench_trilinear
+from ops_other import bench_masked_adam, bench_overhead, bench_total_variation, bench_trilinear
 from ops_sample import (
     D1_S5_FEATURES,
     S5_FEATURES,
@@ -110,6 +115,7 @@ BENCHES = {
     "D1": bench_deterministic,
     "E1": bench_eikonal,
     "L1": bench_loop,
+    "U1": bench_masked_adam,
 }
 
 
@@ -163,6 +169,8 @@ def target_specs() -> list[tuple]:
         ("V1", "add_grad", "pct", 0.5, ">= 50% of the byte floor"),
         ("D1", "bw_S1", "ratio", 2, "deterministic time <= 2x the atomic backward"),
         ("D1", "bw_S2", "ratio", 2, "deterministic time <= 2x the atomic backward"),
+        ("U1", "p5_fused", "speedup", 3, ">= 3x torch's fused Adam (5% of the voxels)"),
+        ("U1", "p100_fused", "ratio", 1.1, "time <= 1.1x torch's fused Adam (every voxel)"),
     ]
     for f in D1_S5_FEATURES:
         specs.append(("D1", f"bw_S5_F{f}", "ratio", 2, "deterministic <= 2x the atomic backward"))

@@ -6,6 +6,8 @@ O1      per-call host cost on tiny inputs (many calls, then one synchronize); vs
         F.grid_sample, on the bench's device and on the CPU with one thread
 V1      total variation: grid.total_variation forward+backward and
         total_variation_add_grad_; vs grid.reference.total_variation
+U1      one grid.MaskedAdam step over a 160^3 x 12 grid with 5%, 50% and 100% of the voxels
+        holding a gradient; vs torch.optim.Adam fused and foreach
 """
 
 from __future__ import annotations
@@ -228,4 +230,92 @@ def bench_total_variation(ctx: Ctx, name: str, size: dict, seed: int) -> list[di
                  "PyTorch fw+bw", base, 3 * grid_bytes, ctx.gbps(dev), grid_bytes / MB, note),
     ]  # fmt: skip
     attach_check(rows, check, 1e-4)
+    return rows
+
+
+# ---- U1: masked Adam over a voxel grid ----------------------------------------------------
+
+
+def voxel_mask_grad(r: int, f: int, fraction: float, device, gen) -> torch.Tensor:
+    """[r, r, r, f] float32: random values in a random `fraction` of the voxels (all f
+    channels of a chosen voxel), zeros elsewhere: where samples touched a grid, scattered as
+    badly as possible (no two touched voxels need be neighbours)."""
+    keep = torch.rand(r, r, r, 1, device=device, generator=gen) < fraction
+    values = torch.randn(r, r, r, f, device=device, generator=gen)
+    return torch.where(keep & (values != 0), values, 0.0)
+
+
+def touched_granules(grad: torch.Tensor, granule_bytes: int) -> int:
+    """Granules (64-byte lines on the CPU, 32-byte sectors on CUDA) of a flat float32 array
+    holding at least one non-zero gradient: the least state data a masked update must move."""
+    per = granule_bytes // grad.element_size()
+    flat = grad.reshape(-1)
+    pad = (-flat.numel()) % per
+    flat = torch.cat([flat, flat.new_zeros(pad)]) if pad else flat
+    return int((flat.reshape(-1, per) != 0).any(dim=1).sum())
+
+
+def stepper(start: torch.Tensor, grad: torch.Tensor, cls, **options):
+    """The `step` of an optimizer `cls` (lr 0.01) over a copy of `start` whose gradient is
+    `grad`, after one step (its state exists before any timing)."""
+    p = torch.nn.Parameter(start.clone())
+    p.grad = grad
+    opt = cls([p], lr=1e-2, **options)
+    opt.step()
+    return opt.step
+
+
+def bench_masked_adam(ctx: Ctx, name: str, size: dict, seed: int) -> list[dict]:
+    """One optimizer step over a [R, R, R, F] float32 grid whose gradient is non-zero in a
+    given share of the voxels: grid.MaskedAdam vs torch.optim.Adam fused and foreach (which
+    update every voxel). Floor of ours: read the gradient once, read and write param,
+    exp_avg and exp_avg_sq in the granules that hold a non-zero gradient."""
+    dev, r, f = ctx.device, size["r"], size["f"]
+    gen = generator(dev, seed)
+    start = torch.randn(r, r, r, f, device=dev, generator=gen)
+    grid_bytes = start.numel() * start.element_size()
+    granule = 32 if dev.type == "cuda" else 64
+    rows = []
+    for fraction in size["fractions"]:
+        grad = voxel_mask_grad(r, f, fraction, dev, gen)
+        touched = touched_granules(grad, granule)
+
+        ours = measure(ctx, stepper(start, grad, grid.MaskedAdam), dev, peak=True)
+        baselines = {
+            key: measure(ctx, stepper(start, grad, torch.optim.Adam, **{key: True}), dev, peak=True)
+            for key in ("fused", "foreach")
+        }
+        # check: one step from the same state against the reference
+        p = torch.nn.Parameter(start.clone())
+        p.grad = grad
+        check_opt = grid.MaskedAdam([p], lr=1e-2)
+        check_opt.step()
+        want = [start.clone(), torch.zeros_like(start), torch.zeros_like(start)]
+        reference.masked_adam_(*want, grad, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, step=1)
+        state = check_opt.state[p]
+        check = {
+            "param_rel_err": rel_err(p.detach(), want[0]),
+            "exp_avg_rel_err": rel_err(state["exp_avg"], want[1]),
+            "exp_avg_sq_rel_err": rel_err(state["exp_avg_sq"], want[2]),
+        }
+        del p, check_opt, state, want
+        nbytes = grid_bytes + 6 * touched * granule
+        pct = round(fraction * 100)
+        note = (
+            f"R={r} F={f} float32 ({grid_bytes / MB:.0f} MB per tensor); non-zero gradient in "
+            f"a random {pct}% of the voxels = {touched / (grid_bytes / granule):.1%} of the "
+            f"{granule}-byte granules; floor = grad + 6 x touched granules"
+        )
+        if dev.type == "cpu":
+            note += f", {torch.get_num_threads()} CPU threads"
+        part = []
+        for key, base in baselines.items():
+            part.append(
+                make_row(name, f"p{pct}_{key}", f"step, {pct}% voxels", ours, f"Adam {key}",
+                         base, nbytes, ctx.gbps(dev), grid_bytes / MB, note)
+            )  # fmt: skip
+        attach_check(part, check, 1e-5)
+        rows += part
+        del grad
+        free_memory()
     return rows

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 
 from grid import reference
 
-WORKLOADS = ("P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1", "L1")
+WORKLOADS = (
+    "P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1", "L1", "U1",
+)
 
 # name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.
 FULL = {
@@ -32,6 +34,7 @@ FULL = {
     },
     "E1": {"r": 128, "n": 2**18},
     "L1": {"density_256": {"r": 256, "n": 2**20}, "default": {"r": 96, "n": 65536}},
+    "U1": {"r": 160, "f": 12, "fractions": (0.05, 0.5, 1.0)},
 }
 QUICK = {
     "P1": {"n": 16384, "f": 64},
@@ -52,6 +55,7 @@ QUICK = {
     },
     "E1": {"r": 32, "n": 2**12},
     "L1": {"density_256": {"r": 32, "n": 2**13}, "default": {"r": 24, "n": 2**12}},
+    "U1": {"r": 48, "f": 12, "fractions": (0.05, 0.5, 1.0)},
 }
 
 

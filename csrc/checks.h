@@ -8,6 +8,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trilinear_math.h"
@@ -204,6 +205,53 @@ inline std::array<double, 3> total_variation_coefficients(const at::Tensor& feat
   const double F = features.size(3);
   return {1.0 / (3.0 * (X - 1) * Y * Z * F), 1.0 / (3.0 * X * (Y - 1) * Z * F),
           1.0 / (3.0 * X * Y * (Z - 1) * F)};
+}
+
+// Whether two tensors of the same shape place every element at the same offset from their data
+// pointers (strides may differ only along axes of size 1, which no offset uses).
+inline bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+// grid.masked_adam_: param of a floating dtype, laid out densely (any strides that cover its
+// elements without gaps or overlaps: the kernels walk the storage as one flat array), and
+// exp_avg, exp_avg_sq and grad exactly like it (dtype, device, shape and strides); the
+// hyperparameters in the ranges torch.optim.Adam accepts, eps > 0 and step >= 1.
+inline void check_masked_adam_args(const at::Tensor& param, const at::Tensor& exp_avg,
+                                   const at::Tensor& exp_avg_sq, const at::Tensor& grad, double lr,
+                                   double beta1, double beta2, double eps, double weight_decay,
+                                   int64_t step) {
+  const char* op = "grid.masked_adam_";
+  TORCH_CHECK(is_float(param), op,
+              ": param: expected a floating-point tensor (float16, bfloat16, float32 or "
+              "float64), got ",
+              param.scalar_type());
+  TORCH_CHECK(param.is_non_overlapping_and_dense(), op,
+              ": param: expected a dense tensor (no gaps or overlaps between elements), got "
+              "shape ",
+              param.sizes(), " with strides ", param.strides());
+  const std::pair<const char*, const at::Tensor*> others[] = {
+      {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}, {"grad", &grad}};
+  for (const auto& [name, t] : others) {
+    TORCH_CHECK(t->layout() == at::kStrided, op, ": ", name,
+                ": expected a dense (strided) tensor, got ", t->layout());
+    TORCH_CHECK(t->scalar_type() == param.scalar_type(), op, ": ", name, ": expected dtype ",
+                param.scalar_type(), " like param, got ", t->scalar_type());
+    TORCH_CHECK(t->device() == param.device(), op, ": ", name, ": expected device ", param.device(),
+                " like param, got ", t->device());
+    TORCH_CHECK(t->sizes() == param.sizes(), op, ": ", name, ": expected shape ", param.sizes(),
+                " like param, got ", t->sizes());
+    TORCH_CHECK(same_layout(*t, param), op, ": ", name, ": expected the strides of param ",
+                param.strides(), ", got ", t->strides());
+  }
+  TORCH_CHECK(lr >= 0, op, ": lr: expected a number >= 0, got ", lr);
+  TORCH_CHECK(beta1 >= 0 && beta1 < 1, op, ": beta1: expected a number in [0, 1), got ", beta1);
+  TORCH_CHECK(beta2 >= 0 && beta2 < 1, op, ": beta2: expected a number in [0, 1), got ", beta2);
+  TORCH_CHECK(eps > 0, op, ": eps: expected a number > 0, got ", eps);
+  TORCH_CHECK(weight_decay >= 0, op, ": weight_decay: expected a number >= 0, got ", weight_decay);
+  TORCH_CHECK(step >= 1, op, ": step: expected an integer >= 1 (the step being taken), got ", step);
 }
 
 // Output shape of sample: points [..., 3] -> [..., F].

@@ -82,6 +82,13 @@ TORCH_LIBRARY(grid, m) {
   // tau: [S], offsets: [R + 1] -> the compositing weights [S] (0 outside every ray). Not
   // differentiable (composite_rays is).
   m.def("ray_weights(Tensor tau, Tensor offsets) -> Tensor");
+  // One Adam step (torch.optim.Adam's update, bias corrections of the given global step) on the
+  // elements whose grad is non-zero; the others keep param, exp_avg and exp_avg_sq unchanged.
+  // param, exp_avg, exp_avg_sq: updated in place; all four tensors of one dtype, shape and layout.
+  m.def(
+      "masked_adam_(Tensor(a!) param, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor grad, "
+      "float lr, float beta1, float beta2, float eps, float weight_decay, "
+      "bool decoupled_weight_decay, int step) -> ()");
 }
 
 // Lets `import grid._C` load the library (which registers the ops above) as a Python module.

@@ -9,7 +9,8 @@ occupancy grid, compositing of packed samples).
 from . import reference
 from ._version import __version__
 from .occupancy import OccupancyGrid
-from .ops import sample, total_variation, total_variation_add_grad_, trilinear
+from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
+from .optim import MaskedAdam
 from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
 from .volrend import (
     accumulate_along_rays,
@@ -26,6 +27,8 @@ __all__ = [
     "trilinear",
     "total_variation",
     "total_variation_add_grad_",
+    "masked_adam_",
+    "MaskedAdam",
     "reference",
     "ray_aabb",
     "march_rays",

@@ -27,6 +27,7 @@ _SAMPLE = torch.ops.grid.sample.default
 _SAMPLE_ENTRY = _entry_point(_SAMPLE)
 _TRILINEAR = torch.ops.grid.trilinear.default
 _TRILINEAR_ENTRY = _entry_point(_TRILINEAR)
+_MASKED_ADAM = torch.ops.grid.masked_adam_.default
 
 
 def trilinear(corners: Tensor, local: Tensor) -> Tensor:
@@ -148,6 +149,55 @@ def total_variation_add_grad_(
         grad, features.detach(), float(weight), compute_value
     )
     return value if compute_value else None
+
+
+def masked_adam_(
+    param: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    grad: Tensor,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float = 0.0,
+    decoupled_weight_decay: bool = False,
+    step: int,
+) -> None:
+    """One Adam step on the elements whose gradient is non-zero, in place, in one pass.
+
+    Each element with `grad != 0` gets exactly the update torch.optim.Adam (non-amsgrad)
+    computes from its own `exp_avg` and `exp_avg_sq`, with the bias corrections of the
+    global step number `step`; every element whose gradient is zero (+0 or -0) keeps its
+    param, exp_avg and exp_avg_sq. With every gradient non-zero this is Adam's step. The
+    arithmetic is in float32 (float64 for float64 tensors), rounded once to the tensors'
+    dtype, as torch's fused Adam. See `grid.MaskedAdam` for the optimizer.
+
+    Args:
+        param, exp_avg, exp_avg_sq: [...] updated in place; a dense tensor (any strides
+            without gaps or overlaps) and its two moments laid out like it.
+        grad: [...] like param (dtype, device, shape, strides).
+        lr: learning rate (>= 0). beta1, beta2: in [0, 1). eps: > 0.
+        weight_decay: >= 0; L2 (added to the gradient, torch.optim.Adam's default), or with
+            `decoupled_weight_decay` the parameter shrunk by `1 - lr * weight_decay` first
+            (AdamW); either only where the gradient is non-zero.
+        step: the step being taken, counted from 1 (Adam's `state["step"]` after its
+            increment).
+    """
+    _MASKED_ADAM(
+        param,
+        exp_avg,
+        exp_avg_sq,
+        grad,
+        float(lr),
+        float(beta1),
+        float(beta2),
+        float(eps),
+        float(weight_decay),
+        bool(decoupled_weight_decay),
+        int(step),
+    )
 
 
 # ---- shape rules (also what torch.compile traces) ----------------------------------
@@ -303,6 +353,38 @@ def _total_variation_add_grad_fake(
 ) -> Tensor:
     _check_total_variation_features(features)
     return features.new_empty(() if compute_value else (0,), dtype=_total_variation_dtype(features))
+
+
+@torch.library.register_fake("grid::masked_adam_")
+def _masked_adam_fake(
+    param: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    grad: Tensor,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    step: int,
+) -> None:
+    _check_float("param", param)
+    for name, t in (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq), ("grad", grad)):
+        torch._check(
+            t.dtype == param.dtype and t.device == param.device,
+            lambda t=t, name=name: (
+                f"{name}: expected {param.dtype} on {param.device} like param, "
+                f"got {t.dtype} on {t.device}"
+            ),
+        )
+        torch._check(
+            t.shape == param.shape,
+            lambda t=t, name=name: (
+                f"{name}: expected shape {list(param.shape)} like param, got {list(t.shape)}"
+            ),
+        )
+    return None
 
 
 def _total_variation_dtype(features: Tensor) -> torch.dtype:

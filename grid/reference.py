@@ -139,6 +139,39 @@ def total_variation(features: Tensor) -> Tensor:
     return (dx + dy + dz) / 3
 
 
+def masked_adam_(
+    param: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    grad: Tensor,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float = 0.0,
+    decoupled_weight_decay: bool = False,
+    step: int,
+) -> None:
+    """One Adam step, in place, on the elements whose `grad` is non-zero (all four tensors
+    alike in shape and dtype): torch.optim.Adam's update with the bias corrections of the
+    global `step`, computed in float32 (float64 for float64 tensors) and rounded once. The
+    elements whose gradient is zero (+0 or -0) keep param, exp_avg and exp_avg_sq."""
+    acc = torch.float64 if param.dtype == torch.float64 else torch.float32
+    g, p, m, v = (t.to(acc) for t in (grad, param, exp_avg, exp_avg_sq))
+    if weight_decay and decoupled_weight_decay:
+        p = p * (1 - lr * weight_decay)
+    elif weight_decay:
+        g = g + weight_decay * p
+    m = torch.lerp(m, g, 1 - beta1)
+    v = v * beta2 + (1 - beta2) * g * g
+    denom = v.sqrt() / (1 - beta2**step) ** 0.5 + eps
+    p = p - lr / (1 - beta1**step) * m / denom
+    update = grad != 0
+    for old, new in ((param, p), (exp_avg, m), (exp_avg_sq, v)):
+        old.copy_(torch.where(update, new.to(old.dtype), old))
+
+
 # ---- rendering: per-ray loops over the packed functions of grid.rays and grid.volrend ----
 
 

@@ -79,9 +79,12 @@ def test_short_run_writes_the_run_directory_and_learns(scene, tmp_path):
     assert torch.load(out / "checkpoint.pt", weights_only=True)["kind"] == "nerf"
 
 
-def test_resume_continues_exactly(scene, tmp_path):
+@pytest.mark.parametrize("optimizer", ["adam", "masked_adam"])
+def test_resume_continues_exactly(scene, tmp_path, optimizer):
     whole, split = tmp_path / "whole", tmp_path / "split"
-    args = args_for(scene, "train.steps=70", "output.checkpoint_every=0")
+    args = args_for(
+        scene, "train.steps=70", "output.checkpoint_every=0", f"nerf.optimizer={optimizer}"
+    )
     assert main(["--out", str(whole), *args]) == 0
     assert main(["--out", str(split), *args, "--stop-at", "50"]) == 0  # between refreshes
     assert main(["--out", str(split), "--resume"]) == 0
@@ -89,6 +92,8 @@ def test_resume_continues_exactly(scene, tmp_path):
     assert a["resolution"] == b["resolution"] == [24, 24, 24]
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
+    for i, state in a["optimizer"]["state"].items():  # the moments were saved and restored
+        assert all(torch.equal(v, b["optimizer"]["state"][i][k]) for k, v in state.items())
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, split))
     assert sa["psnr"] == sb["psnr"]
 
@@ -148,6 +153,7 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["experiment=nerf", "data.downscale=0"], "data.downscale"),
         (["experiment=nerf", "nerf.alpha_init=1.5"], "nerf.alpha_init"),
         (["experiment=nerf", "nerf.lr_mlp=0"], "nerf.lr_mlp"),
+        (["experiment=nerf", "nerf.optimizer=sgd"], "nerf.optimizer"),
         (["experiment=nerf", "train.upsample_moments=rescale"], "train.upsample_moments"),
         (["experiment=image"], "experiment"),
     ],

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from ..config import Config
 
 
+#: Values of `nerf.optimizer`.
+OPTIMIZERS = ("adam", "masked_adam")
+
+
 @dataclass
 class DataConfig:
     path: str = doc(
@@ -74,6 +78,13 @@ class NerfConfig:
     lr_decay: float = doc(
         "nerf: every learning rate is multiplied by this at the last step (exponential).", 0.1
     )
+    optimizer: str = doc(
+        "nerf: `adam` (torch.optim.Adam: every voxel of both grids moves every step) or "
+        "`masked_adam` (grid.MaskedAdam, as DirectVoxGO: only the grid voxels whose gradient "
+        "is non-zero this step are updated, the others keep their value and moments; the MLP "
+        "keeps Adam's update).",
+        "adam",
+    )
 
 
 def validate(c: Config, explicit: dict[str, set[str]]) -> None:
@@ -96,6 +107,10 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("view_frequencies", "occupancy_start"):
         if getattr(n, key) < 0:
             raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
+    if n.optimizer not in OPTIMIZERS:
+        raise ConfigError(
+            f"nerf.optimizer: expected one of {', '.join(OPTIMIZERS)}, got {n.optimizer!r}"
+        )
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
     if n.renderer not in ("auto", "fused", "torch"):

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from grid import MaskedAdam
+
 from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, InputFileError, writing
@@ -178,15 +180,19 @@ class NerfExperiment:
 
     # ---- optimisation ---------------------------------------------------------------------
 
-    def make_optimizer(self) -> torch.optim.Adam:
+    def make_optimizer(self) -> torch.optim.Optimizer:
         n, m = self.config.nerf, self.model
         groups = [
             {"params": [m.density.features], "lr": n.lr_density, "base_lr": n.lr_density},
             {"params": [m.color.features], "lr": n.lr_color, "base_lr": n.lr_color},
             {"params": list(m.mlp.parameters()), "lr": n.lr_mlp, "base_lr": n.lr_mlp},
         ]
+        betas = tuple(self.config.train.betas)
+        if n.optimizer == "masked_adam":  # the grids masked, the MLP's dense gradient as Adam
+            groups[2]["skip_zero_grad"] = False
+            return MaskedAdam(groups, betas=betas)
         fused = self.device.type == "cuda"
-        return torch.optim.Adam(groups, betas=tuple(self.config.train.betas), fused=fused)
+        return torch.optim.Adam(groups, betas=betas, fused=fused)
 
     def decay(self, step: int) -> float:
         return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
