@@ -127,9 +127,11 @@ def test_whole_run_against_a_stand_in(tmp_path, capsys):
         "train.upsample_steps=[]",
         "train.upsample_resolutions=[]",
         "train.batch_size=256",
+        "train.steps=3",  # the config's own schedule, for --shipped
         "device=cpu",
     ]
     argv = ["--dvgo", str(fake), "--out", str(out), "--work", str(work), "--ours-steps", "6"]
+    argv += ["--shipped"]
     argv += ["--config", str(ROOT / "configs" / "nerf_scene.toml")]
     argv += [x for s in sets for x in ("--set", s)]
     assert bench_dvgo.main(argv) == 0
@@ -141,7 +143,8 @@ def test_whole_run_against_a_stand_in(tmp_path, capsys):
     assert ours[-1]["step"] == 6 and "ssim" in ours[-1]
     systems = [r["system"] for r in result["rows"]]
     assert systems[:2] == ["DirectVoxGO", "DirectVoxGO"] and set(systems[2:]) == {"ours"}
-    assert len(systems) in (5, 6)  # at T/3, 2T/3, T (or the end, if before), and the end
+    assert len(systems) in (6, 7)  # at T/3, 2T/3, T (or the end, if before), end, --shipped
+    assert result["rows"][-1]["moment"] == "the config's own schedule, its end, step 3"
     assert (out / "dvgo_test_000.png").is_file() and (out / "ours" / "summary.json").is_file()
     assert "| ours |" in (out / "dvgo.md").read_text()
     assert "CUDA_PEAK none" in (out / "dvgo.log").read_text()
