@@ -3,14 +3,16 @@ shading and view-dependent reflections.
 
 Each part's colour at a point is `albedo * (ambient + DIFFUSE * lambert) + specular +
 reflectivity * environment(reflected view)`: a hemispherical ambient (sky above, ground
-below), Lambert from one directional light, a Blinn-Phong highlight (exponents up to 800:
+below), Lambert from one directional light, a Blinn-Phong highlight (exponents up to 500:
 sharp, strongly view-dependent) and a mirror reflection of an analytic environment (a sky
 gradient, a sun and two bright windows with sharp edges), clamped to [0, 1]. No shadows.
 
 Textures: wood rings and grain on the base; a mottled two-glaze vase (noise from 0.5 down to
 0.03 world units) with a band of text-like glyphs (3x5 bitmaps drawn by an integer hash,
-strokes 0.015 wide) between two thin gold lines; veined leaves; a fine checker on the cube;
-tarnish on the brass lattice.
+strokes about 0.012 wide) between two thin gold lines; veined leaves; a fine checker on the
+cube; tarnish on the brass lattice. Edges are soft over about WIDTH (0.004): a step function
+would make the colour jump inside a surface's density shell, where the renderer's fixed
+step would alias it.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def _leaf(p: Tensor) -> Tensor:
 
 
 def _cube(p: Tensor) -> Tensor:
-    q = shapes._local(p, shapes.CUBE["centre"], shapes.CUBE_FRAME)
+    q = shapes.local_coordinates(p, shapes.CUBE["centre"], shapes.CUBE_FRAME)
     waves = torch.sin(math.pi * (q + 0.015) / 0.03).prod(-1)  # cells of 0.03
     return mix((0.82, 0.12, 0.1), (0.95, 0.93, 0.85), smoothstep(-0.25, 0.25, waves))
 

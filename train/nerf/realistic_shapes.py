@@ -4,7 +4,7 @@ sphere and a signed-distance-like function `f` with a Lipschitz bound `L`
 
     0 base      a pill-edged wooden disc the others stand on
     1 vase      a hollow vase open at the top (a concavity), its body sculpted by
-                domain-warped multi-octave noise (`Waves`) of bumps down to 0.015
+                domain-warped multi-octave noise (`Waves`), bumps down to 0.025 across
     2 stems     five capsules of radius 0.009 (about a voxel of a 160^3 grid over the box)
     3 leaves    six bent leaves, 0.008 thick (half a voxel)
     4 mirror    a polished metal sphere
@@ -127,7 +127,7 @@ def _wheel_spokes() -> tuple[Tensor, Tensor]:
 SPOKE_HUB, SPOKE_RIM = _wheel_spokes()
 
 
-def _local(points: Tensor, centre, frame: Tensor) -> Tensor:
+def local_coordinates(points: Tensor, centre, frame: Tensor) -> Tensor:
     """World points [n, 3] -> coordinates in a frame (columns of `frame`) at `centre`."""
     return (points - _const(centre, points)) @ _const(frame, points)
 
@@ -215,13 +215,13 @@ LATTICE_FRAME = _frame(LATTICE["yaw"])
 
 
 def cube_sdf(p: Tensor) -> Tensor:
-    q = _local(p, CUBE["centre"], CUBE_FRAME).abs() - (CUBE["half"] - CUBE["round"])
+    q = local_coordinates(p, CUBE["centre"], CUBE_FRAME).abs() - (CUBE["half"] - CUBE["round"])
     outside = q.clamp_min(0.0).norm(dim=-1) + q.amax(-1).clamp(max=0.0)
     return outside - CUBE["round"]
 
 
 def wheel_sdf(p: Tensor) -> Tensor:
-    q = _local(p, WHEEL["centre"], WHEEL_FRAME)  # x, y in the wheel's plane, z the axle
+    q = local_coordinates(p, WHEEL["centre"], WHEEL_FRAME)  # x, y in the wheel's plane, z the axle
     rho = torch.hypot(q[:, 0], q[:, 1])
     rim = torch.hypot(rho - WHEEL["radius"], q[:, 2]) - WHEEL["rim"]
     hub = torch.hypot(rho, q[:, 2] - q[:, 2].clamp(-0.05, 0.05)) - SPOKES["hub"]
@@ -229,13 +229,13 @@ def wheel_sdf(p: Tensor) -> Tensor:
 
 
 def spokes_sdf(p: Tensor) -> Tensor:
-    q = _local(p, WHEEL["centre"], WHEEL_FRAME)
+    q = local_coordinates(p, WHEEL["centre"], WHEEL_FRAME)
     hub, rim = SPOKE_HUB[:, [0, 2, 1]], SPOKE_RIM[:, [0, 2, 1]]  # (x, z, y) -> (x, y, axle)
     return _capsules(q, _const(hub, q), _const(rim, q)).amin(-1) - SPOKES["radius"]
 
 
 def lattice_sdf(p: Tensor) -> Tensor:
-    q = _local(p, LATTICE["centre"], LATTICE_FRAME)
+    q = local_coordinates(p, LATTICE["centre"], LATTICE_FRAME)
     h, n = LATTICE["half"], LATTICE["cells"]
     spacing = 2 * h / n
     nearest = q - (((q + h) / spacing).round().clamp(0, n) * spacing - h)  # to the bar lines
