@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scene", default="procedural", choices=list(SCENES), help="which scene to render"
     )
-    parser.add_argument("--out", default="data/nerf_scene", help="output directory")
+    parser.add_argument(
+        "--out", help="output directory (default data/nerf_scene or data/nerf_realistic)"
+    )
     parser.add_argument("--size", type=int, default=64, help="image width and height (pixels)")
     parser.add_argument("--train", type=int, default=100, help="number of training views")
     parser.add_argument("--val", type=int, default=8, help="number of validation views")
@@ -309,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the camera placement")
     parser.add_argument("--device", default="cpu", help="torch device to render on")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = "data/nerf_realistic" if args.scene == "realistic" else "data/nerf_scene"
     start = time.perf_counter()
     try:
         out = generate_scene(
