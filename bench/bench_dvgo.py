@@ -78,6 +78,8 @@ def find_dvgo(path: str | None) -> Path:
             "with run_dvgo.py (the runner that makes it work on current PyTorch)"
         )
     folder = Path(path).expanduser().resolve()
+    if not folder.is_dir():
+        raise BenchError(f"{folder}: no such folder (DirectVoxGO's code: --dvgo DIR or DVGO_DIR)")
     if not (folder / "run_dvgo.py").is_file() or not (folder / "configs/default.py").is_file():
         raise BenchError(f"{folder}: not a DirectVoxGO copy (no run_dvgo.py or configs/default.py)")
     return folder

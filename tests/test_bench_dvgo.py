@@ -110,6 +110,8 @@ def test_missing_dvgo_is_one_line(monkeypatch, capsys, tmp_path):
     assert "DirectVoxGO not given: pass --dvgo DIR or set DVGO_DIR" in capsys.readouterr().err
     assert bench_dvgo.main(["--dvgo", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "not a DirectVoxGO copy" in capsys.readouterr().err
+    assert bench_dvgo.main(["--dvgo", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
+    assert "nowhere: no such folder" in capsys.readouterr().err
 
 
 def test_whole_run_against_a_stand_in(tmp_path, capsys):
