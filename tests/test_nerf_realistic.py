@@ -92,7 +92,8 @@ def test_field_is_empty_outside_the_objects_and_has_glass_and_solids():
         rgb[sigma == 0], torch.zeros_like(rgb[sigma == 0])
     )
     assert (sigma == realistic.SIGMA).any() and sigma.max() <= 3 * realistic.SIGMA  # overlaps add
-    in_glass = realistic_shapes.part_sdfs(points)[0][:, 5] < -WIDTH  # inside the glass wall
+    glass = realistic_shapes.PARTS.index("glass")
+    in_glass = realistic_shapes.part_sdfs(points)[0][:, glass] < -WIDTH  # inside its wall
     assert in_glass.sum() > 20  # a semi-transparent part
     assert torch.equal(sigma[in_glass], torch.full_like(sigma[in_glass], realistic.GLASS_SIGMA))
     corners = torch.tensor(

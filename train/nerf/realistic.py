@@ -44,11 +44,11 @@ GLASS_SIGMA = 22.0  # density of the glass
 STEP = 0.001  # marching step inside shells: WIDTH / 4
 STOP_TRANSMITTANCE = 1e-5
 SUPERSAMPLE = 2  # rays per pixel along each image axis
-NORMAL_EPS = 2e-4  # central differences of each part's function
+NORMAL_EPS = 2e-4  # finite differences of each part's function (normals)
 TETRAHEDRON = ((1, -1, -1), (-1, -1, 1), (-1, 1, -1), (1, 1, 1))
 COLOUR_CHUNK = 1 << 20  # shell samples coloured together
 
-PART_SIGMA = tuple(GLASS_SIGMA if i == 5 else SIGMA for i in range(shapes.N_PARTS))
+PART_SIGMA = tuple(GLASS_SIGMA if name == "glass" else SIGMA for name in shapes.PARTS)
 
 
 def _density(f: Tensor) -> Tensor:

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from .waves import Waves
 
-N_PARTS = 10
+PARTS = ("base", "vase", "stems", "leaves", "mirror", "glass", "cube", "wheel", "spokes", "lattice")
+N_PARTS = len(PARTS)
 REACH = 0.02  # points nearer than this to a part's bounding sphere get its exact function
 MARGIN = 0.01  # bounding spheres hold the region where a part's function is below this
 
