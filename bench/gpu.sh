@@ -11,6 +11,14 @@
 # is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
 # checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
 # metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
+#   bash bench/gpu.sh dvgo [extra bench_dvgo.py arguments, e.g. --ours-steps N --set K=V...]
+# `dvgo`: bench/bench_dvgo.py: the realistic scene (configs/nerf_realistic_gpu.toml, 400x400,
+# generated on the GPU), DirectVoxGO trained and tested on it (its code in DVGO_DIR, default
+# .anchors/dvgo: a copy of the anchor folder, carried along, never part of the repository),
+# then ours for as long, evaluated at 1/3, 2/3 and all of DirectVoxGO's training time.
+# Writes to $OUT/dvgo: dvgo.md (the table: PSNR, SSIM against training seconds, peak
+# memory), dvgo.json, dvgo.log (DirectVoxGO's output), ours/ (the run directory). About 10
+# minutes on an H100 (DirectVoxGO about 5 with its first JIT build, ours about 4).
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
 # `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
 # averaging alone, DDP against all_reduce), then configs/density_256.toml and
@@ -135,6 +143,12 @@ for d in sorted(p for p in runs.iterdir() if p.is_dir()):
 out.write_text(json.dumps(result, indent=2))
 PY
   for f in test_views.png curves.png turntable.gif; do cp "$runs/native/$f" "$OUT/" 2>/dev/null; done
+fi
+if [ "$what" = dvgo ]; then
+  mkdir -p "$OUT/dvgo"
+  python3 bench/bench_dvgo.py --dvgo "${DVGO_DIR:-.anchors/dvgo}" --out "$OUT/dvgo" "$@" 2>&1 \
+    | tee "$OUT/dvgo/bench_dvgo.log" | grep -v "^  " | tail -n 40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$what" = multi ]; then
   runs=${MULTI_RUNS:-/tmp/multi_runs}

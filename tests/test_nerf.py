@@ -66,6 +66,7 @@ def test_short_run_writes_the_run_directory_and_learns(scene, tmp_path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [40, 80, 120]
     assert records[-1]["psnr"] == pytest.approx(summary["psnr"])
+    assert 0 < records[0]["ssim"] < summary["ssim"] <= 1  # SSIM of the test views improves
     for picture in ("test_views.png", "curves.png"):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from PIL import Image
@@ -96,6 +97,16 @@ def test_resume_continues_exactly(scene, tmp_path, optimizer):
         assert all(torch.equal(v, b["optimizer"]["state"][i][k]) for k, v in state.items())
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, split))
     assert sa["psnr"] == sb["psnr"]
+
+
+def test_eval_seconds_evaluate_when_training_time_reaches_them(scene, tmp_path):
+    out = tmp_path / "run"
+    extra = ("train.steps=30", "train.upsample_steps=[]", "train.upsample_resolutions=[]")
+    extra += ("eval.every=1000", "eval.seconds=[1e-6, 1e6]")
+    assert main(["--out", str(out), *args_for(scene, *extra)]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 30]  # the first step passes 1e-6 s; 1e6 never
+    assert records[0]["train_seconds"] >= 1e-6
 
 
 def test_grid_sample_backend_runs_the_same_model(scene, tmp_path):
@@ -151,6 +162,8 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["grid.backend=grid_sample"], "grid.backend"),
         (["experiment=nerf", "data.background=[1, 1]"], "data.background"),
         (["experiment=nerf", "data.downscale=0"], "data.downscale"),
+        (["experiment=nerf", "data.scene=lego"], "data.scene"),
+        (["experiment=nerf", "eval.seconds=[10, -1]"], "eval.seconds"),
         (["experiment=nerf", "nerf.alpha_init=1.5"], "nerf.alpha_init"),
         (["experiment=nerf", "nerf.lr_mlp=0"], "nerf.lr_mlp"),
         (["experiment=nerf", "nerf.optimizer=sgd"], "nerf.optimizer"),
@@ -166,7 +179,8 @@ def test_config_errors_name_the_key(overrides, key):
 
 def test_shipped_nerf_configs_resolve_to_their_tables():
     root = Path(__file__).resolve().parent.parent
-    for name in ("nerf_scene.toml", "nerf_scene_gpu.toml"):
+    names = ("nerf_scene", "nerf_scene_gpu", "nerf_realistic", "nerf_realistic_gpu")
+    for name in (f"{n}.toml" for n in names):
         data = to_dict(load_config(root / "configs" / name, ["device=cpu"]))
         assert data["experiment"] == "nerf" and "target" not in data and "nerf" in data
     assert "data" not in to_dict(load_config(root / "configs" / "default.toml"))

@@ -137,6 +137,11 @@ class EvalConfig:
         "in voxels of the final grid.",
         2.0,
     )
+    seconds: list[float] = doc(
+        "Also evaluate at the first step whose training time (`train_seconds`: steps only) "
+        "reaches each of these seconds, for comparisons at equal time; one process only.",
+        [],
+    )
 
 
 @dataclass
@@ -368,6 +373,8 @@ def validate(
     for key in ("every", "points"):
         at_least(getattr(e, key), 1, f"eval.{key}")
     positive(e.band, "eval.band")
+    for seconds in e.seconds:
+        positive(seconds, "eval.seconds")
     o = c.output
     at_least(o.checkpoint_every, 0, "output.checkpoint_every")
     positive(o.checkpoint_minutes, "output.checkpoint_minutes", zero=True)

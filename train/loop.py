@@ -213,6 +213,8 @@ def _train(
     error = None
     try:
         check_dependencies(c)
+        if c.eval.seconds and world.size > 1:  # each rank's clock would decide alone
+            raise ConfigError("eval.seconds: not under torchrun (one process only)")
         check_run_dir(out, resume=resume, overwrite=overwrite)
         device = progress.device = world.device(select_device(c.device))
         world.check_batch(c.train.batch_size, experiments.specs()[c.experiment].unit)
@@ -301,6 +303,7 @@ def _train(
     # The steps: captured as CUDA graphs where the experiment allows it (train/step_graph.py)
     graphed = step_graph.GraphedStep(exp, world) if getattr(exp, "graphed", False) else None
     bar_values = LaggedValues()  # the bar's batch value, read without a synchronisation
+    eval_times = sorted(s for s in c.eval.seconds if s > train_seconds)  # still ahead
 
     while not stop and step < end:
         if step in schedule:
@@ -327,6 +330,8 @@ def _train(
 
         stop, due = stops.poll(step, end)  # a signal; output.checkpoint_minutes passed
         is_eval = step % c.eval.every == 0 or step == steps
+        if eval_times and not is_eval:  # host time: the step has synchronised (or nearly)
+            is_eval = train_seconds + time.perf_counter() - segment_start >= eval_times[0]
         is_checkpoint = (
             step == end
             or stop
@@ -339,6 +344,7 @@ def _train(
             train_seconds += now - segment_start
             world.mean_(loss_sum)  # each rank's sum of its shares' MSEs -> the batches'
         if is_eval:
+            eval_times = [s for s in eval_times if s > train_seconds]
             quality = exp.evaluate(train_seconds)
             record = {
                 "step": step,

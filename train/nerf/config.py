@@ -26,9 +26,15 @@ class DataConfig:
         "data/nerf_scene",
     )
     generate: bool = doc(
-        "nerf: `path` holds the project's procedural scene; generate it there when it is "
-        "missing or its scene.json does not match `scene_*` (set false for your own scene).",
+        "nerf: `path` holds one of the project's scenes (`scene`); generate it there when it "
+        "is missing or its scene.json does not match `scene*` (set false for your own scene).",
         True,
+    )
+    scene: str = doc(
+        "nerf, generated scene: `procedural` (a few analytic solids, easy to fit) or "
+        "`realistic` (sculpted and thin parts, fine textures, glass, mirror reflections: "
+        "train/nerf/realistic.py).",
+        "procedural",
     )
     scene_size: int = doc("nerf, generated scene: image width and height in pixels.", 64)
     scene_train_views: int = doc("nerf, generated scene: number of training views.", 100)
@@ -92,6 +98,10 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     d, n = c.data, c.nerf
     if not d.path:
         raise ConfigError("data.path: required (a Blender-format scene directory)")
+    from .generate import SCENES
+
+    if d.scene not in SCENES:
+        raise ConfigError(f"data.scene: expected one of {', '.join(SCENES)}, got {d.scene!r}")
     for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
         if getattr(d, key) < 1:
             raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")

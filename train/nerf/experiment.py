@@ -3,13 +3,14 @@
 What it adds to the loop skeleton (`train.loop`):
 
 * data: a Blender-format scene (`train.nerf.blender`) or an instant-ngp / nerfstudio
-  `transforms.json` (`train.nerf.ngp`), the project's procedural scene generated into
-  `data.path` on first use (`ensure_scene`); every training pixel's ray precomputed;
+  `transforms.json` (`train.nerf.ngp`), one of the project's scenes (`data.scene`)
+  generated into `data.path` on first use (`ensure_scene`); every training pixel's ray
+  precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density;
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
   occupancy grid refreshed every `nerf.occupancy_every` steps;
-* evaluation: mean PSNR over the test views (whole images);
+* evaluation: mean PSNR and SSIM over the test views (whole images);
 * pictures: test_views.png, curves.png, turntable.gif (`train.nerf_pictures`).
 """
 
@@ -27,9 +28,11 @@ from grid import MaskedAdam
 from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, InputFileError, writing
-from ..metrics import psnr
+from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from .model import VoxelNeRF
+
+SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -68,8 +71,8 @@ def make_model(
 
 
 def ensure_scene(config: Config, device: torch.device) -> Path:
-    """`data.path`; with `data.generate`, first (re)generate the procedural scene there
-    when its scene.json does not match `data.scene_*` or the generator's version."""
+    """`data.path`; with `data.generate`, first (re)generate the scene `data.scene` there
+    when its scene.json does not match `data.scene*` or the generator's version."""
     from . import generate as nerf_scene
 
     d = config.data
@@ -79,11 +82,11 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
             raise InputFileError(path, "no such directory", key="data.path")
         return path
     wanted = nerf_scene.scene_metadata(
-        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed
+        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, d.scene
     )
     if nerf_scene.read_scene_metadata(path) != wanted:
         print(
-            f"generating the procedural scene in {path} ({d.scene_size}x{d.scene_size}, "
+            f"generating the {d.scene} scene in {path} ({d.scene_size}x{d.scene_size}, "
             f"{d.scene_train_views} training views, seed {d.scene_seed}) on {device}",
             file=sys.stderr,
             flush=True,
@@ -97,6 +100,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
                 n_test=d.scene_test_views,
                 seed=d.scene_seed,
                 device=str(device),
+                scene=d.scene,
             )
         except FileExistsError as error:  # data.path holds something else: never replaced
             raise ConfigError(
@@ -163,6 +167,8 @@ class NerfExperiment:
         self.test_images = torch.as_tensor(test.images).to(device)  # [T, H, W, 3]
         test_mask = test.mask()
         self.test_mask = None if test_mask is None else test_mask.to(device)  # [T, H, W]
+        smallest = min(test.height, test.width) if test.sizes is None else int(test.sizes.min())
+        self.has_ssim = smallest >= SSIM_WINDOW  # SSIM needs images of 11x11 at least
         self.label = f"nerf {c.grid.backend}"
 
         torch.manual_seed(c.seed)
@@ -237,7 +243,8 @@ class NerfExperiment:
 
     @torch.no_grad()
     def evaluate(self, train_seconds: float) -> dict[str, Any]:
-        """Mean over the test views of each image's MSE and PSNR (colours in [0, 1]).
+        """Mean over the test views of each image's MSE, PSNR and SSIM (colours in [0, 1];
+        `train.metrics.ssim`, the NeRF literature's 11x11 Gaussian window).
 
         Under torchrun each rank renders a share of the views; the per-view MSEs and the
         renders kept for the pictures are summed over the ranks (each view is filled in
@@ -246,18 +253,23 @@ class NerfExperiment:
         origins, directions = self.test_rays
         views, height, width = origins.shape[:3]
         mses = torch.zeros(views, dtype=torch.float64, device=self.device)
+        ssims = torch.zeros(views, dtype=torch.float64, device=self.device)
+        sizes = self.test_views.sizes
         kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
         for i in world.split(views):
             rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
             error = (rgb.clamp(0, 1) - self.test_images[i]).double().square()
             mses[i] = error.mean() if self.test_mask is None else error[self.test_mask[i]].mean()
+            if self.has_ssim:
+                h, w = (height, width) if sizes is None else sizes[i].tolist()
+                ssims[i] = ssim(rgb.clamp(0, 1)[:h, :w], self.test_images[i, :h, :w])
             if i < keep:
                 # depth of the surface: expected depth over opacity, where mostly opaque
                 kept[i, ..., :3] = rgb
                 kept[i, ..., 3] = torch.where(acc > 0.5, depth / acc.clamp_min(1e-6), 0.0)
         samples = torch.tensor([float(self.samples)], dtype=torch.float64, device=self.device)
         if world.size > 1:
-            for t in (mses, kept, samples):
+            for t in (mses, ssims, kept, samples):
                 world.all_sum(t)
         self.renders = []
         for i, k in enumerate(kept):  # views of different sizes: their own pixels only
@@ -268,6 +280,7 @@ class NerfExperiment:
         return {
             "mse": sum(mses) / len(mses),
             "psnr": sum(psnr(m, 1.0) for m in mses) / len(mses),
+            "ssim": ssims.mean().item() if self.has_ssim else None,
             "view_psnr": [psnr(m, 1.0) for m in mses],
             "train_seconds": train_seconds,
             "occupied": self.occupied,
@@ -308,6 +321,7 @@ class NerfExperiment:
         records = common.get("records", [])
         return {
             "psnr": quality["psnr"],
+            "ssim": quality["ssim"],
             "mse": quality["mse"],
             "view_psnr": quality["view_psnr"],
             "steps": common["steps"],
@@ -334,7 +348,8 @@ class NerfExperiment:
         }
 
     def eval_line(self, quality: dict[str, Any]) -> str:
-        return f"{self.eval_name} mse {quality['mse']:.3e}  psnr {quality['psnr']:6.2f} dB"
+        line = f"{self.eval_name} mse {quality['mse']:.3e}  psnr {quality['psnr']:6.2f} dB"
+        return line if quality["ssim"] is None else f"{line}  ssim {quality['ssim']:.4f}"
 
     def write_files(self, out: Path, summary: dict[str, Any]) -> None:
         pass  # pictures only

@@ -1,6 +1,9 @@
-"""Writes the shipped scene (`train.nerf.scene`) in the Blender (NeRF-synthetic) layout.
+"""Writes a shipped scene in the Blender (NeRF-synthetic) layout: the procedural one
+(`train.nerf.scene`, analytic solids) or the realistic one (`train.nerf.realistic`: fine
+detail, thin parts, glass, mirror reflections; several times slower to render).
 
     python -m train.nerf.generate --out data/nerf_scene --size 64 [--train N --val N --test N]
+    python -m train.nerf.generate --scene realistic --out data/nerf_realistic --size 64
 
 Cameras sit on a sphere of radius 4 looking at the origin (z is up, as in the original
 scenes): train and val on Fibonacci spirals over elevations -20..75 degrees (different
@@ -23,12 +26,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .scene import SCENE_BOUNDS, STEP, render_rays
+from .scene import SCENE_BOUNDS
 
 # The label scene.json records (unchanged since the scene lived in train/nerf_scene.py, so
 # scenes generated before still load without being regenerated).
 GENERATOR = "train.nerf_scene"
-VERSION = 1  # bump whenever the images would change: loaders regenerate older scenes
+VERSION = 1  # the procedural scene's; bump whenever its images would change
+SCENES = {"procedural": VERSION, "realistic": 1}  # scene -> version (loaders regenerate older)
 CAMERA_RADIUS = 4.0
 CAMERA_ANGLE_X = 0.6911112070083618  # the original scenes' field of view (radians)
 TEST_ELEVATION = math.radians(30.0)
@@ -84,30 +88,61 @@ def camera_poses(n_train: int, n_val: int, n_test: int, seed: int) -> dict[str, 
 # ---- writing the dataset -------------------------------------------------------------------
 
 
+def scene_module(scene: str):
+    """The module that defines `scene` ("procedural" or "realistic"): its SCENE_BOUNDS,
+    STEP, render_rays and (realistic) SUPERSAMPLE."""
+    if scene == "realistic":
+        from . import realistic
+
+        return realistic
+    from . import scene as procedural
+
+    return procedural
+
+
 def render_views(
-    c2w: Tensor, size: int, *, device: str = "cpu", chunk: int | None = None
+    c2w: Tensor,
+    size: int,
+    *,
+    device: str = "cpu",
+    chunk: int | None = None,
+    scene: str = "procedural",
 ) -> Tensor:
     """c2w [V, 4, 4] -> straight (not premultiplied) RGBA [V, size, size, 4] float32 in [0, 1].
 
-    chunk: rays marched together (default 2^19 on the CPU, about 0.5 GB at the peak, and
-    2^21 on a GPU, where each marching step is a few dozen small kernels).
+    A scene with SUPERSAMPLE = k renders k x k rays per pixel on a regular grid (the pixels
+    of a k times larger image) and averages their premultiplied colour and alpha.
+    chunk: rays marched together, whole views at a time (default on the CPU 2^19, about
+    0.5 GB at the peak; on a GPU, where each marching step is a few dozen small kernels
+    whatever the number of rays, 2^21 for the procedural scene and 2^23 for the realistic
+    one, whose rays take hundreds of steps).
     """
-    if chunk is None:
-        chunk = 1 << 21 if torch.device(device).type == "cuda" else 1 << 19
     from .blender import Views, camera_rays
 
-    focal = 0.5 * size / math.tan(0.5 * CAMERA_ANGLE_X)
-    views = Views(torch.empty(0), c2w.to(device, torch.float32), focal, size, size, [""] * len(c2w))
-    origins, directions = (x.reshape(-1, 3) for x in camera_rays(views))
-    rgb, alpha = [], []
-    for start in range(0, origins.shape[0], chunk):
-        c, a = render_rays(origins[start : start + chunk], directions[start : start + chunk])
-        rgb.append(c)
-        alpha.append(a)
-    rgb, alpha = torch.cat(rgb), torch.cat(alpha)
-    straight = rgb / alpha.clamp_min(1e-12)[:, None]
-    rgba = torch.cat([straight, alpha[:, None]], dim=-1).clamp(0.0, 1.0)
-    return rgba.reshape(len(c2w), size, size, 4).cpu()
+    module = scene_module(scene)
+    k = getattr(module, "SUPERSAMPLE", 1)
+    if chunk is None:
+        on_gpu = torch.device(device).type == "cuda"
+        chunk = (1 << 23 if k > 1 else 1 << 21) if on_gpu else 1 << 19
+    fine = size * k
+    focal = 0.5 * fine / math.tan(0.5 * CAMERA_ANGLE_X)
+    group = max(1, chunk // (fine * fine))  # views rendered together
+    out = []
+    for first in range(0, len(c2w), group):
+        poses = c2w[first : first + group].to(device, torch.float32)
+        views = Views(torch.empty(0), poses, focal, fine, fine, [""] * len(poses))
+        origins, directions = (x.reshape(-1, 3) for x in camera_rays(views))
+        rgba = []
+        for start in range(0, origins.shape[0], chunk):
+            rgb, alpha = module.render_rays(
+                origins[start : start + chunk], directions[start : start + chunk]
+            )
+            rgba.append(torch.cat([rgb, alpha[:, None]], dim=-1))
+        rgba = torch.cat(rgba).reshape(len(poses), size, k, size, k, 4)
+        out.append(rgba.mean(dim=(2, 4)).cpu())  # premultiplied colour, alpha
+    premultiplied = torch.cat(out)
+    straight = premultiplied[..., :3] / premultiplied[..., 3:].clamp_min(1e-12)
+    return torch.cat([straight, premultiplied[..., 3:]], dim=-1).clamp(0.0, 1.0)
 
 
 def _to_png_bytes(rgba: Tensor) -> np.ndarray:
@@ -125,11 +160,17 @@ def _check_arguments(size: int, counts: dict[str, int], seed: int) -> None:
             raise ValueError(f"{name} must be an integer >= {least}; got {value!r}")
 
 
-def scene_metadata(size: int, n_train: int, n_val: int, n_test: int, seed: int) -> dict:
-    """What `scene.json` holds: enough to tell whether a generated scene is current."""
-    return {
+def scene_metadata(
+    size: int, n_train: int, n_val: int, n_test: int, seed: int, scene: str = "procedural"
+) -> dict:
+    """What `scene.json` holds: enough to tell whether a generated scene is current (the
+    procedural scene's has no "scene" key, as before there were two)."""
+    if scene not in SCENES:
+        raise ValueError(f"scene must be one of {', '.join(map(repr, SCENES))}; got {scene!r}")
+    module = scene_module(scene)
+    metadata = {
         "generator": GENERATOR,
-        "version": VERSION,
+        "version": SCENES[scene],
         "seed": seed,
         "size": size,
         "n_train": n_train,
@@ -138,8 +179,11 @@ def scene_metadata(size: int, n_train: int, n_val: int, n_test: int, seed: int) 
         "bounds": [list(SCENE_BOUNDS[0]), list(SCENE_BOUNDS[1])],
         "camera_radius": CAMERA_RADIUS,
         "camera_angle_x": CAMERA_ANGLE_X,
-        "step": STEP,
+        "step": module.STEP,
     }
+    if scene != "procedural":
+        metadata.update(scene=scene, supersample=module.SUPERSAMPLE)
+    return metadata
 
 
 def generate_scene(
@@ -151,8 +195,9 @@ def generate_scene(
     n_test: int = 8,
     seed: int = 0,
     device: str = "cpu",
+    scene: str = "procedural",
 ) -> Path:
-    """Renders the scene into `out_dir` in the Blender layout and returns `out_dir`.
+    """Renders `scene` into `out_dir` in the Blender layout and returns `out_dir`.
 
     Writes transforms_{train,val,test}.json, {train,val,test}/r_{i}.png (size x size RGBA)
     and scene.json. The files are assembled in a sibling directory and moved into place
@@ -162,6 +207,7 @@ def generate_scene(
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     _check_arguments(size, counts, seed)
+    metadata = scene_metadata(size, n_train, n_val, n_test, seed, scene)
     out_dir = Path(out_dir)
     if out_dir.exists() and read_scene_metadata(out_dir) is None and any(out_dir.iterdir()):
         raise FileExistsError(
@@ -173,8 +219,7 @@ def generate_scene(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir(parents=True)
-        _write_splits(staging, camera_poses(n_train, n_val, n_test, seed), size, device)
-        metadata = scene_metadata(size, n_train, n_val, n_test, seed)
+        _write_splits(staging, camera_poses(n_train, n_val, n_test, seed), size, device, scene)
         (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
         if out_dir.exists():  # moved aside whole, then deleted: never half a scene there
             out_dir.rename(old)
@@ -188,11 +233,11 @@ def generate_scene(
     return out_dir
 
 
-def _write_splits(root: Path, poses: dict[str, Tensor], size: int, device: str) -> None:
+def _write_splits(root: Path, poses: dict[str, Tensor], size: int, device: str, scene: str) -> None:
     """Renders every split in one pass (fewer, fuller ray batches) and writes PNGs and json."""
     from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
 
-    rgba = render_views(torch.cat(list(poses.values())), size, device=device)
+    rgba = render_views(torch.cat(list(poses.values())), size, device=device, scene=scene)
     first = 0
     for split, c2w in poses.items():
         (root / split).mkdir()
@@ -226,13 +271,14 @@ def ensure_scene(
     n_test: int = 8,
     seed: int = 0,
     device: str = "cpu",
+    scene: str = "procedural",
 ) -> Path:
-    """`out_dir` holding the current scene at these settings, generating it if needed.
+    """`out_dir` holding the current `scene` at these settings, generating it if needed.
 
-    Regenerates when scene.json is absent or differs (older VERSION, other size, counts
-    or seed); returns at once when it matches.
+    Regenerates when scene.json is absent or differs (older version, other scene, size,
+    counts or seed); returns at once when it matches.
     """
-    wanted = scene_metadata(size, n_train, n_val, n_test, seed)
+    wanted = scene_metadata(size, n_train, n_val, n_test, seed, scene)
     if read_scene_metadata(out_dir) == wanted:
         return Path(out_dir)
     return generate_scene(
@@ -243,15 +289,21 @@ def ensure_scene(
         n_test=n_test,
         seed=seed,
         device=device,
+        scene=scene,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m train.nerf.generate",
-        description="Render the shipped radiance-field scene into the Blender layout.",
+        description="Render a shipped radiance-field scene into the Blender layout.",
     )
-    parser.add_argument("--out", default="data/nerf_scene", help="output directory")
+    parser.add_argument(
+        "--scene", default="procedural", choices=list(SCENES), help="which scene to render"
+    )
+    parser.add_argument(
+        "--out", help="output directory (default data/nerf_scene or data/nerf_realistic)"
+    )
     parser.add_argument("--size", type=int, default=64, help="image width and height (pixels)")
     parser.add_argument("--train", type=int, default=100, help="number of training views")
     parser.add_argument("--val", type=int, default=8, help="number of validation views")
@@ -259,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the camera placement")
     parser.add_argument("--device", default="cpu", help="torch device to render on")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = "data/nerf_realistic" if args.scene == "realistic" else "data/nerf_scene"
     start = time.perf_counter()
     try:
         out = generate_scene(
@@ -269,13 +323,16 @@ def main(argv: list[str] | None = None) -> int:
             n_test=args.test,
             seed=args.seed,
             device=args.device,
+            scene=args.scene,
         )
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - start
     views = args.train + args.val + args.test
-    print(f"wrote {out}: {views} views of {args.size}x{args.size} in {seconds:.1f} s")
+    print(
+        f"wrote {out}: {views} views of {args.size}x{args.size} ({args.scene}) in {seconds:.1f} s"
+    )
     return 0
 
 
