@@ -193,8 +193,7 @@ def test_captured_field_steps_equal_eager_steps_bitwise():
 @needs_cuda
 def test_captured_sdf_steps_match_eager_steps():
     """The eikonal double backward scatters with atomics, so to float rounding; with the
-    near-surface band, the smoothness term and the voxel-scaled rate (each reads the voxel
-    size, which a captured step may not synchronise for)."""
+    surface term in voxel units (the voxel size changes at the upsample)."""
     config = load_config(
         None,
         [
@@ -203,9 +202,7 @@ def test_captured_sdf_steps_match_eager_steps():
             "device=cuda",
             "train.upsample_steps=[6]",
             "train.upsample_resolutions=[16]",
-            "sdf.band_fraction=0.5",
-            "sdf.smooth_weight=1e-6",
-            "sdf.lr_scale=voxel",
+            "sdf.surface_units=voxel",
         ],
     )
     runs = []
