@@ -7,12 +7,10 @@ and the tables of the chosen experiment (defined by its package, found through
 nerf). Every key has a default, so an empty file is a valid experiment; a table the
 chosen experiment does not read is an error naming it. A kinded table (`[target]`,
 `[points]`) has a `kind`, and each kind reads its own keys: setting another kind's key is
-an error naming it. `--set section.key=value` overrides one key; the value is read as a
-TOML value (`64`, `1e-2`, `[32, 32, 64]`, `true`) and, if that fails, as a bare string
-(`--set target.kind=torus`).
-
-Every error is a `ConfigError` (defined in `errors.py`) whose message starts with the
-dotted key; a file that cannot be used is an `InputFileError` naming the file too.
+an error naming it. `--set section.key=value` overrides one key: a TOML value (`64`,
+`[32, 32, 64]`, `true`), else a bare string (`--set target.kind=torus`).
+Every error is a `ConfigError` (`errors.py`) whose message starts with the dotted key; a
+file that cannot be used is an `InputFileError` naming the file too.
 """
 
 from __future__ import annotations
