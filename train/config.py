@@ -1,10 +1,8 @@
 """Experiment configuration: schema with defaults, TOML parsing, dotted overrides, validation.
 
-A config is a TOML file with three top-level keys (`experiment`, `seed`, `device`), the
-tables every experiment reads (`[grid]`, `[train]`, `[eval]`, `[output]`, defined here)
-and the tables of the chosen experiment (defined by its package, found through
-`train.experiments`: `[target]` for field, `[points]` for sdf, `[data]` and `[nerf]` for
-nerf). Every key has a default, so an empty file is a valid experiment; a table the
+A config is a TOML file: `experiment`, `seed`, `device`, the tables every experiment reads
+(`[grid]`, `[train]`, `[eval]`, `[output]`, defined here) and those of the chosen one (from
+its package via `train.experiments`: `[target]`, `[points]`, `[data]` and `[nerf]`). Every key has a default, so an empty file is a valid experiment; a table the
 chosen experiment does not read is an error naming it. A kinded table (`[target]`,
 `[points]`) has a `kind`, and each kind reads its own keys: setting another kind's key is
 an error naming it. `--set section.key=value` overrides one key: a TOML value (`64`,
