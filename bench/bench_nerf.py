@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from harness import ROOT, Ctx, attempt, fmt_ms, free_memory, timeit, timeit_synced
 
+import grid
 from train.config import load_config
 from train.loop import select_device
 from train.nerf.experiment import NerfExperiment, make_model
@@ -64,7 +65,12 @@ def step_fn(model: VoxelNeRF, exp: NerfExperiment, index: torch.Tensor, tv_weigh
         {"params": [model.color.features], "lr": 1e-3},
         {"params": list(model.mlp.parameters()), "lr": 1e-4},
     ]
-    opt = torch.optim.Adam(groups, betas=tuple(exp.config.train.betas), fused=fused)
+    betas = tuple(exp.config.train.betas)
+    if exp.config.nerf.optimizer == "masked_adam":  # as NerfExperiment.make_optimizer
+        groups[2]["skip_zero_grad"] = False
+        opt = grid.MaskedAdam(groups, betas=betas)
+    else:
+        opt = torch.optim.Adam(groups, betas=betas, fused=fused)
     o, d, target = exp.rays_o[index], exp.rays_d[index], exp.colors[index]
     info = {}
 

@@ -6,10 +6,10 @@
 # TESTS="tests/test_x.py ..." runs only those tests; PROBES="gather small_f scatter" picks the
 # probes (bench/probes/<name>_probe.py) run after the benchmark (default gather; PROBES= runs
 # none).
-#   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs...]
+#   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs and N1...]
 # `nerf`: configs/nerf_scene_gpu.toml trained with both backends (the scene
-# is generated on the GPU first), and N1 (bench/bench_nerf.py) on the native run's final
-# checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
+# is generated on the GPU first), and N1 (bench/bench_nerf.py, with the same --set) on the
+# native run's final checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
 # metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
 #   bash bench/gpu.sh dvgo [extra bench_dvgo.py arguments, e.g. --ours-steps N --set K=V...]
 # `dvgo`: bench/bench_dvgo.py: the realistic scene (configs/nerf_realistic_gpu.toml, 400x400,
@@ -126,7 +126,7 @@ if [ "$what" = nerf ]; then
     done
     python3 bench/bench_nerf.py --config configs/nerf_scene_gpu.toml \
       --checkpoint "$runs/native/checkpoint.pt" --json "$OUT/bench_nerf.json" \
-      ${NERF_PROFILE:+--profile} || status=1
+      ${NERF_PROFILE:+--profile} "$@" || status=1
   } >"$OUT/nerf.log" 2>&1
   grep -v "^  " "$OUT/nerf.log" | tail -n 60
   python3 - "$runs" "$OUT/nerf_runs.json" <<'PY'
