@@ -325,7 +325,11 @@ def parse_args(argv=None):
     parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_realistic_gpu.toml"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
-    parser.add_argument("--work", default="/tmp/dvgo_bench", help="DirectVoxGO's logs, renders")
+    parser.add_argument(
+        "--work",
+        default=str(ROOT / "bench" / "results" / "dvgo_work"),
+        help="DirectVoxGO's config, output, logs and renders",
+    )
     parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
     parser.add_argument(
         "--dvgo-only", action="store_true", help="stop after DirectVoxGO (then --dvgo-log)"

@@ -22,7 +22,7 @@ train: coarse geometry searching in 00:00:55
 scene_rep_reconstruction (fine): iter   2500 / Loss: 0.001 / PSNR: 30.2 / Eps: 00:00:22
 train: fine detail reconstruction in 00:02:53
 train: finish (eps time 00:03:48 )
-All results are dumped into /tmp/dvgo_bench/dvgo_logs/bench/render_test_fine_last
+All results are dumped into work/dvgo_logs/bench/render_test_fine_last
 Testing (400, 400, 3)
 Testing psnr 36.30123 (avg)
 Testing ssim 0.98123 (avg)
