@@ -3,7 +3,7 @@ against training seconds, at DirectVoxGO's end and at equal time, and peak GPU m
 
     python bench/bench_dvgo.py --dvgo DIR [--config configs/nerf_realistic_gpu.toml]
         [--out DIR] [--work DIR] [--ours-steps N | --ours-rate STEPS_PER_S]
-        [--dvgo-log FILE] [--shipped] [--set KEY=VALUE ...]
+        [--dvgo-only | --dvgo-log FILE] [--shipped] [--set KEY=VALUE ...]
 
 DIR (or the environment variable DVGO_DIR) is a copy of DirectVoxGO's public code with the
 small changes that run it on current PyTorch (its `run_dvgo.py`). It is GPL code: this
@@ -17,8 +17,10 @@ script never imports it, it runs it as a separate program.
    --dump_images --eval_ssim`, through bench/cuda_peak.py, in a subprocess. Read from its
    output: the coarse and fine stages' times (it prints whole seconds), its test PSNR and
    SSIM (on its float renders), its peak memory. Its 8-bit test renders are scored again
-   here (`train.metrics`) against the ground truth ours is scored against.
-   --dvgo-log reuses the output of an earlier run instead (renders, if still in --work).
+   here (`train.metrics`) against the ground truth ours is scored against. Its output is
+   kept in --work/dvgo.log: --dvgo-only stops there, and --dvgo-log reuses such an output
+   instead of running it (and its renders, if still in --work), so the two systems can run
+   in two calls of under 10 minutes each.
 3. Ours: --config trained for `train.steps` such that training ends near DirectVoxGO's
    training time T (--ours-steps, or T x --ours-rate), evaluated at T/3, 2T/3 and T
    (`eval.seconds`) and every steps/4, in this process. Peak memory: torch's
@@ -323,8 +325,15 @@ def parse_args(argv=None):
     parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_realistic_gpu.toml"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
-    parser.add_argument("--work", default="/tmp/dvgo_bench", help="DirectVoxGO's logs, renders")
+    parser.add_argument(
+        "--work",
+        default=str(ROOT / "bench" / "results" / "dvgo_work"),
+        help="DirectVoxGO's config, output, logs and renders",
+    )
     parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
+    parser.add_argument(
+        "--dvgo-only", action="store_true", help="stop after DirectVoxGO (then --dvgo-log)"
+    )
     parser.add_argument("--ours-steps", type=int, default=None, help="ours' train.steps")
     parser.add_argument(
         "--ours-rate", type=float, default=DEFAULT_RATE, help="ours' steps/s, for its steps"
@@ -347,13 +356,11 @@ def main(argv=None) -> int:
         scene = ensure_scene(base, device).resolve()
         generated = time.perf_counter() - start
         print(f"bench_dvgo: scene {scene} ready in {generated:.1f} s", flush=True)
-        log = out / "dvgo.log"
         if args.dvgo_log:
             text = Path(args.dvgo_log).read_text()
-            if Path(args.dvgo_log).resolve() != log.resolve():
-                log.write_text(text)
         else:
-            text = run_dvgo(dvgo_dir, scene, work, log)
+            text = run_dvgo(dvgo_dir, scene, work, work / "dvgo.log")
+        (out / "dvgo.log").write_text(text)
         dvgo = parse_dvgo_log(text)
         scored = None
         renders = Path(dvgo["render_dir"]) if dvgo["render_dir"] else None
@@ -362,6 +369,10 @@ def main(argv=None) -> int:
             shutil.copy(renders / "000.png", out / "dvgo_test_000.png")
         else:
             print(f"bench_dvgo: no DirectVoxGO renders at {renders}: its own numbers only")
+        if args.dvgo_only:
+            (out / "dvgo.json").write_text(json.dumps({"dvgo": dvgo, "dvgo_scored": scored}))
+            print(f"bench_dvgo: DirectVoxGO only: {dvgo}; its output is {work / 'dvgo.log'}")
+            return 0
         t = dvgo["train_seconds"]
         steps = args.ours_steps or max(1, round(t * args.ours_rate))
         print(f"bench_dvgo: DirectVoxGO trained {t:.0f} s; ours: {steps} steps", flush=True)

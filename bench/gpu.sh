@@ -18,7 +18,9 @@
 # then ours for as long, evaluated at 1/3, 2/3 and all of DirectVoxGO's training time.
 # Writes to $OUT/dvgo: dvgo.md (the table: PSNR, SSIM against training seconds, peak
 # memory), dvgo.json, dvgo.log (DirectVoxGO's output), ours/ (the run directory). About 10
-# minutes on an H100 (DirectVoxGO about 5 with its first JIT build, ours about 4).
+# minutes on an H100 (DirectVoxGO about 5 with its first JIT build, ours about 4); in two
+# calls: `bash bench/gpu.sh dvgo --dvgo-only`, then
+# `bash bench/gpu.sh dvgo --dvgo-log bench/results/dvgo_work/dvgo.log` (same machine).
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
 # `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
 # averaging alone, DDP against all_reduce), then configs/density_256.toml and

@@ -22,7 +22,7 @@ train: coarse geometry searching in 00:00:55
 scene_rep_reconstruction (fine): iter   2500 / Loss: 0.001 / PSNR: 30.2 / Eps: 00:00:22
 train: fine detail reconstruction in 00:02:53
 train: finish (eps time 00:03:48 )
-All results are dumped into /tmp/dvgo_bench/dvgo_logs/bench/render_test_fine_last
+All results are dumped into work/dvgo_logs/bench/render_test_fine_last
 Testing (400, 400, 3)
 Testing psnr 36.30123 (avg)
 Testing ssim 0.98123 (avg)
@@ -150,9 +150,16 @@ def test_whole_run_against_a_stand_in(tmp_path, capsys):
     assert (out / "dvgo_test_000.png").is_file() and (out / "ours" / "summary.json").is_file()
     assert "| ours |" in (out / "dvgo.md").read_text()
     assert "CUDA_PEAK none" in (out / "dvgo.log").read_text()
-    # --dvgo-log: the same numbers without running it again
-    again = tmp_path / "again"
+    assert (work / "dvgo.log").read_text() == (out / "dvgo.log").read_text()
+    # in two calls: DirectVoxGO alone, then ours reading its output
+    first, again = tmp_path / "first", tmp_path / "again"
+    argv1 = [*argv, "--dvgo-only"]
+    argv1[argv1.index(str(out))] = str(first)
+    assert bench_dvgo.main(argv1) == 0
+    assert not (first / "ours").exists()
+    assert json.loads((first / "dvgo.json").read_text())["dvgo_scored"] == scored
     argv2 = [a for a in argv if a not in ("--dvgo", str(fake))]
     argv2[argv2.index(str(out))] = str(again)
-    assert bench_dvgo.main([*argv2, "--dvgo-log", str(out / "dvgo.log")]) == 0
+    assert bench_dvgo.main([*argv2, "--dvgo-log", str(work / "dvgo.log")]) == 0
     assert json.loads((again / "dvgo.json").read_text())["dvgo_scored"] == scored
+    assert (again / "ours" / "summary.json").is_file()
