@@ -11,7 +11,21 @@ import torch.nn.functional as F
 from grid import reference
 
 WORKLOADS = (
-    "P1", "P2", "S1", "S2", "S3", "S4", "S5", "T1", "C1", "O1", "V1", "D1", "E1", "L1", "U1",
+    "P1",
+    "P2",
+    "S1",
+    "S2",
+    "S3",
+    "S4",
+    "S5",
+    "T1",
+    "C1",
+    "O1",
+    "V1",
+    "D1",
+    "E1",
+    "L1",
+    "U1",
 )
 
 # name -> sizes; "rays" = (rays, samples per ray), "n" = uniform points.

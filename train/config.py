@@ -2,11 +2,11 @@
 
 A config is a TOML file: `experiment`, `seed`, `device`, the tables every experiment reads
 (`[grid]`, `[train]`, `[eval]`, `[output]`, defined here) and those of the chosen one (from
-its package via `train.experiments`: `[target]`, `[points]`, `[data]` and `[nerf]`). Every key has a default, so an empty file is a valid experiment; a table the
-chosen experiment does not read is an error naming it. A kinded table (`[target]`,
-`[points]`) has a `kind`, and each kind reads its own keys: setting another kind's key is
-an error naming it. `--set section.key=value` overrides one key: a TOML value (`64`,
-`[32, 32, 64]`, `true`), else a bare string (`--set target.kind=torus`).
+its package via `train.experiments`: `[target]`, `[points]`, `[data]`, `[nerf]`). Every key
+has a default (an empty file is a valid experiment); a table the chosen experiment does not
+read is an error naming it. A kinded table (`[target]`, `[points]`) has a `kind`, and each
+kind reads its own keys: another kind's key is an error naming it. `--set section.key=value`
+overrides one key: a TOML value (`64`, `[32, 32, 64]`), else a bare string (`torus`).
 Every error is a `ConfigError` (`errors.py`) whose message starts with the dotted key; a
 file that cannot be used is an `InputFileError` naming the file too.
 """
