@@ -1,11 +1,15 @@
 // Argument checks of the rendering ops (march_rays_*, composite_rays*, ray_weights), shared by
 // the CPU and CUDA kernels. Every message names the op, the argument and what was expected. Host
-// only. None of them reads tensor values (that would wait for the GPU).
+// only. None of them reads tensor values (that would wait for the GPU). Also the compositing
+// ops' contiguous inputs and kernel arguments, the same on both devices.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <tuple>
+
+#include "ray_composite.h"  // CompositeArgs
 
 namespace grid {
 
@@ -107,6 +111,32 @@ inline std::pair<at::Tensor, int64_t> background_rows(const std::optional<at::Te
   if (!background) return {at::Tensor(), 0};
   const at::Tensor bg = background->contiguous();
   return {bg, bg.dim() == 1 ? 0 : bg.size(1)};
+}
+
+// The compositing ops' inputs, contiguous, and the kernels' view of them.
+struct CompositeTensors {  // contiguous copies, alive until the loops or kernels are done
+  at::Tensor tau, colors, t, offsets, background;
+  int64_t bg_stride = 0;
+};
+
+inline CompositeTensors composite_tensors(const at::Tensor& tau, const at::Tensor& colors,
+                                   const at::Tensor& t, const at::Tensor& offsets,
+                                   const std::optional<at::Tensor>& background) {
+  CompositeTensors k{tau.contiguous(), colors.contiguous(), t.contiguous(), offsets.contiguous()};
+  std::tie(k.background, k.bg_stride) = background_rows(background);
+  return k;
+}
+
+template <typename scalar_t>
+CompositeArgs<scalar_t> composite_args(const CompositeTensors& k) {
+  return {k.tau.data_ptr<scalar_t>(),
+          k.colors.data_ptr<scalar_t>(),
+          k.t.data_ptr<scalar_t>(),
+          k.offsets.data_ptr<int64_t>(),
+          k.background.defined() ? k.background.data_ptr<scalar_t>() : nullptr,
+          k.bg_stride,
+          k.tau.size(0),
+          k.colors.size(1)};
 }
 
 }  // namespace grid

@@ -14,31 +14,6 @@ namespace {
 
 constexpr int64_t kRayGrain = 64;
 
-struct CompositeTensors {  // contiguous copies, alive while the loops run
-  at::Tensor tau, colors, t, offsets, background;
-  int64_t bg_stride = 0;
-};
-
-CompositeTensors composite_tensors(const at::Tensor& tau, const at::Tensor& colors,
-                                   const at::Tensor& t, const at::Tensor& offsets,
-                                   const std::optional<at::Tensor>& background) {
-  CompositeTensors k{tau.contiguous(), colors.contiguous(), t.contiguous(), offsets.contiguous()};
-  std::tie(k.background, k.bg_stride) = background_rows(background);
-  return k;
-}
-
-template <typename scalar_t>
-CompositeArgs<scalar_t> composite_args(const CompositeTensors& k) {
-  return {k.tau.data_ptr<scalar_t>(),
-          k.colors.data_ptr<scalar_t>(),
-          k.t.data_ptr<scalar_t>(),
-          k.offsets.data_ptr<int64_t>(),
-          k.background.defined() ? k.background.data_ptr<scalar_t>() : nullptr,
-          k.bg_stride,
-          k.tau.size(0),
-          k.colors.size(1)};
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> composite_rays_cpu(
     const at::Tensor& tau,                          // [S]
     const at::Tensor& colors,                       // [S, C]
