@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _checks
-from .voxel_grid import _bounds, _resolution
+from ._boxes import _bounds, _resolution, check_inside, lattice
 
 
 class OccupancyGrid(nn.Module):
@@ -153,6 +153,20 @@ class OccupancyGrid(nn.Module):
         occupied = self.flags.float()[None, None]
         occupied = F.max_pool3d(occupied, 3, stride=1, padding=1)
         self.flags = F.interpolate(occupied, size=new, mode="nearest")[0, 0] > 0
+
+    @torch.no_grad()
+    def crop(self, bounds: Sequence[Sequence[float]], resolution: int | Sequence[int]) -> None:
+        """Move onto a sub-box of the current box at `resolution` (X, Y, Z; any sizes >= 2),
+        conservatively: dilate by one voxel (3x3x3 max), then each new voxel reads its
+        nearest old voxel (as `VoxelGrid.crop` follows a box found by a coarse stage)."""
+        new = _resolution(resolution)
+        lo, hi = _bounds(bounds)
+        box = torch.tensor([lo, hi], dtype=torch.float32, device=self.flags.device)
+        check_inside(box, self.bounds)
+        occupied = F.max_pool3d(self.flags.float()[None, None], 3, stride=1, padding=1)
+        self.flags = occupied[0, 0] > 0
+        self.flags = self.query(lattice(box, new))
+        self.bounds = box
 
     def load_flags(self, flags: Tensor) -> None:
         """Adopt `flags` (`[X, Y, Z]` bool, any resolution with sizes >= 2) as the grid,

@@ -10,54 +10,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import ops
+from ._boxes import _bounds, _resolution, check_inside, lattice
 from .ops import sample, total_variation, total_variation_add_grad_
 
 INITS = ("zeros", "normal", "uniform")
 PADDINGS = ("zeros", "border")
 INTERPOLATIONS = ("linear", "smoothstep")
 _HALF = (torch.float16, torch.bfloat16)
-
-
-def _resolution(value: int | Sequence[int], name: str = "resolution") -> tuple[int, int, int]:
-    """An int or a sequence of three ints, each >= 2 -> (X, Y, Z)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value, value)
-    if (
-        not isinstance(value, Sequence)
-        or len(value) != 3
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    ):
-        raise ValueError(
-            f"{name}: expected an int or a sequence of 3 ints (X, Y, Z), got {value!r}"
-        )
-    if min(value) < 2:
-        raise ValueError(
-            f"{name}: expected every size >= 2 (voxels sit on the box corners, so an axis "
-            f"needs two), got {tuple(value)}"
-        )
-    return (value[0], value[1], value[2])
-
-
-def _bounds(value) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """((xmin, ymin, zmin), (xmax, ymax, zmax)) of finite numbers with min < max."""
-    try:
-        lo, hi = (tuple(float(v) for v in corner) for corner in value)
-        ok = len(lo) == 3 and len(hi) == 3
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"bounds: expected ((xmin, ymin, zmin), (xmax, ymax, zmax)), got {value!r}"
-        )
-    if not all(math.isfinite(v) for v in lo + hi):
-        raise ValueError(f"bounds: expected finite numbers, got {value!r}")
-    bad = [axis for axis, a, b in zip("xyz", lo, hi, strict=True) if not a < b]
-    if bad:
-        raise ValueError(
-            f"bounds: expected min < max on every axis, got min={lo}, max={hi} "
-            f"(axis {', '.join(bad)})"
-        )
-    return lo, hi
 
 
 class VoxelGrid(nn.Module):
@@ -359,6 +318,58 @@ class VoxelGrid(nn.Module):
         param = self.features
         ratio = math.prod(o - 1 for o in old) / math.prod(n - 1 for n in new)
 
+        def resize(value: Tensor, second: bool) -> Tensor:
+            resized = _resample(value, new)
+            if second:
+                resized.clamp_(min=0)
+            if rescale_moments:
+                resized.mul_(ratio**2 if second else ratio)
+            return resized
+
+        self._resize_state(optimizer, resize)
+        _replace_data(param, _resample(param.data, new))
+
+    @torch.no_grad()
+    def crop(
+        self,
+        bounds: Sequence[Sequence[float]],
+        resolution: int | Sequence[int],
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        """Resample the grid onto a sub-box of its box, e.g. the region a coarse stage
+        found occupied, so that the same voxel budget lands on it.
+
+        The new voxels read the old grid trilinearly at their positions, so inside the
+        new box the represented function is kept (exactly where it is linear in each
+        old cell). Like `upsample`, the Parameter object stays the same and the
+        optimiser's state tensors shaped like the features are resampled with it.
+
+        Args:
+            bounds: the new box `((xmin, ymin, zmin), (xmax, ymax, zmax))`, inside the
+                current one (up to a rounding of 1e-6 of its size).
+            resolution: the new `(X, Y, Z)` (or an int); any sizes >= 2.
+            optimizer: optional, as in `upsample`.
+        """
+        new = _resolution(resolution)
+        lo, hi = _bounds(bounds)
+        box = torch.tensor([lo, hi], dtype=self.bounds.dtype, device=self.bounds.device)
+        check_inside(box, self.bounds)
+        points = lattice(box, new)  # [X', Y', Z', 3] world positions of the new voxels
+        old = self._box()
+
+        def resize(value: Tensor, second: bool) -> Tensor:
+            dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
+            out = sample(value.to(dtype), points.to(dtype), padding="border", bounds=old)
+            return out.to(value.dtype).contiguous()
+
+        self._resize_state(optimizer, resize)
+        _replace_data(self.features, resize(self.features.data, False))
+        self.bounds.copy_(box)
+
+    def _resize_state(self, optimizer, resize) -> None:
+        """Replaces the optimiser's state tensors shaped like the features by
+        `resize(tensor, second_moment)` (second moments: names ending in `_sq`)."""
+        param = self.features
         if optimizer is not None:
             for group in optimizer.param_groups:
                 if any(p is param for p in group["params"]):
@@ -367,17 +378,8 @@ class VoxelGrid(nn.Module):
                 raise ValueError("optimizer: does not hold this grid's features parameter")
             state = optimizer.state.get(param, {})
             for key, value in state.items():
-                if not (isinstance(value, Tensor) and value.shape == param.shape):
-                    continue
-                second = key.endswith("_sq")
-                resized = _resample(value, new)
-                if second:
-                    resized.clamp_(min=0)
-                if rescale_moments:
-                    resized.mul_(ratio**2 if second else ratio)
-                state[key] = resized
-
-        _replace_data(param, _resample(param.data, new))
+                if isinstance(value, Tensor) and value.shape == param.shape:
+                    state[key] = resize(value, key.endswith("_sq"))
 
     # ---- loading ------------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ def test_parse_dvgo_log():
 
 def test_rows_pick_the_evaluations_at_the_times():
     records = [
-        {"step": s, "train_seconds": t, "psnr": p, "ssim": 0.9}
+        {"step": s, "train_seconds": t, "psnr": p, "ssim": 0.9, "background_opacity": 0.002}
         for s, t, p in [
             (100, 10.0, 20.0),
             (250, 76.2, 30.0),
@@ -82,7 +82,9 @@ def test_rows_pick_the_evaluations_at_the_times():
     ]
     ours = {"records": records, "peak_allocated": 2**30, "peak_reserved": 2**31}
     dvgo = bench_dvgo.parse_dvgo_log(LOG)
-    rows = bench_dvgo.table_rows(dvgo, {"psnr": 36.2, "ssim": 0.98, "views": 25}, ours)
+    scored = {"psnr": 36.2, "ssim": 0.98, "views": 25, "background_mse": 1.5e-4}
+    rows = bench_dvgo.table_rows(dvgo, scored, ours)
+    assert rows[1]["background_mse"] == 1.5e-4
     assert [r["train_seconds"] for r in rows] == [228, 228, 76.2, 152.1, 228.4]
     assert rows[4]["moment"] == "at T (equal time), step 700"
     short = {**ours, "records": records[:2]}  # ended at 76.2 s
@@ -100,8 +102,10 @@ def test_rows_pick_the_evaluations_at_the_times():
     }
     table = bench_dvgo.markdown(rows, meta)
     dvgo_row = "| DirectVoxGO | end (coarse + fine), its float renders | 228.0 | 36.30 | 0.9812 |"
-    assert f"{dvgo_row} 5.00 / 6.00 |" in table
-    assert "| ours | at T/3, step 250 | 76.2 | 30.00 | 0.9000 | 1.00 / 2.00 |" in table
+    assert f"{dvgo_row} - | - | 5.00 / 6.00 |" in table  # no background numbers of its own
+    assert (
+        "| ours | at T/3, step 250 | 76.2 | 30.00 | 0.9000 | - | 2.00e-03 | 1.00 / 2.00 |" in table
+    )
 
 
 def test_missing_dvgo_is_one_line(monkeypatch, capsys, tmp_path):

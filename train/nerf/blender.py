@@ -51,6 +51,8 @@ class Views:
     sizes:  None (every view is height x width), or [V, 2] int64 (h, w) per view: view v's
             pixels are images[v, :h, :w], the rest is zero padding up to height x width,
             the largest (see `mask`)
+    alphas: None, or [V, H, W] float32 in [0, 1]: the images' own opacity (Blender scenes;
+            0 on the background), downscaled like the images
     """
 
     images: Tensor
@@ -62,6 +64,7 @@ class Views:
     intrinsics: Tensor | None = None
     distortion: Tensor | None = None
     sizes: Tensor | None = None
+    alphas: Tensor | None = None
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -85,6 +88,7 @@ class Views:
             None if self.intrinsics is None else self.intrinsics.to(device),
             None if self.distortion is None else self.distortion.to(device),
             self.sizes,
+            None if self.alphas is None else self.alphas.to(device),
         )
 
 
@@ -121,7 +125,7 @@ def load_blender(
     if limit is not None and limit < len(frames):
         frames = [frames[i * len(frames) // limit] for i in range(limit)]
 
-    images, poses, names = [], [], []
+    images, alphas, poses, names = [], [], [], []
     size = None  # (H, W) of the first image, at full resolution
     for i, frame in frames:
         image_path = _image_path(json_path, i, frame)
@@ -135,6 +139,7 @@ def load_blender(
                 f"{names[0]} is {size[1]}x{size[0]}; all images of a split must share one size",
             )
         images.append(_downscale(_composite(rgba, bg), downscale, image_path))
+        alphas.append(_downscale(rgba[..., 3:], downscale, image_path)[..., 0])
         poses.append(_matrix(frame, json_path, i))
         names.append(str(image_path))
 
@@ -147,6 +152,7 @@ def load_blender(
         height=height,
         width=width,
         names=names,
+        alphas=torch.from_numpy(np.stack(alphas)),
     )
 
 
@@ -324,7 +330,7 @@ def _composite(rgba: np.ndarray, bg: np.ndarray) -> np.ndarray:
 
 
 def _downscale(rgb: np.ndarray, factor: int, image_path: Path) -> np.ndarray:
-    """Area average over factor x factor blocks: [H, W, 3] -> [H / factor, W / factor, 3]."""
+    """Area average over factor x factor blocks: [H, W, C] -> [H / factor, W / factor, C]."""
     if factor == 1:
         return np.ascontiguousarray(rgb, dtype=np.float32)
     height, width = rgb.shape[:2]
@@ -332,5 +338,5 @@ def _downscale(rgb: np.ndarray, factor: int, image_path: Path) -> np.ndarray:
         raise DatasetError(
             image_path, f"downscale {factor} does not divide the image size {width}x{height} (WxH)"
         )
-    blocks = rgb.reshape(height // factor, factor, width // factor, factor, 3)
+    blocks = rgb.reshape(height // factor, factor, width // factor, factor, rgb.shape[-1])
     return blocks.mean(axis=(1, 3), dtype=np.float64).astype(np.float32)

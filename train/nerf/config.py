@@ -84,6 +84,15 @@ class NerfConfig:
     lr_decay: float = doc(
         "nerf: every learning rate is multiplied by this at the last step (exponential).", 0.1
     )
+    fit_box: bool = doc(
+        "nerf: at the first `train.upsample_steps`, move both grids onto the box around where "
+        "training rays end (the surface points of up to 65536 of them, extremes trimmed, plus "
+        "`fit_box_margin` voxels), with as many cubic voxels as the schedule's resolution has "
+        "cells: the fine voxels land on the object, not on empty space (as DirectVoxGO's "
+        "coarse stage's box).",
+        False,
+    )
+    fit_box_margin: float = doc("nerf, fit_box: voxels (of the coarse grid) added around.", 2.0)
     optimizer: str = doc(
         "nerf: `adam` (torch.optim.Adam: every voxel of both grids moves every step) or "
         "`masked_adam` (grid.MaskedAdam, as DirectVoxGO: only the grid voxels whose gradient "
@@ -131,6 +140,10 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             raise ConfigError(f"nerf.{key}: expected a number in [0, 1), got {value}")
     if n.alpha_init == 0:
         raise ConfigError("nerf.alpha_init: expected a number in (0, 1), got 0.0")
+    if n.fit_box and not c.train.upsample_steps:
+        raise ConfigError("nerf.fit_box: needs train.upsample_steps (it acts at the first)")
+    if not n.fit_box_margin >= 0:
+        raise ConfigError(f"nerf.fit_box_margin: expected a number >= 0, got {n.fit_box_margin}")
     if c.train.upsample_moments == "rescale":
         raise ConfigError(
             "train.upsample_moments: the nerf experiment supports 'resample' and 'reset'"

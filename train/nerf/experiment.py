@@ -166,6 +166,8 @@ class NerfExperiment:
         self.test_rays = (test_o.to(device), test_d.to(device))  # [T, H, W, 3] each
         self.test_images = torch.as_tensor(test.images).to(device)  # [T, H, W, 3]
         test_mask = test.mask()
+        # background: pixels the images leave fully transparent (floaters show there)
+        self.test_background = None if test.alphas is None else (test.alphas == 0).to(device)
         self.test_mask = None if test_mask is None else test_mask.to(device)  # [T, H, W]
         smallest = min(test.height, test.width) if test.sizes is None else int(test.sizes.min())
         self.has_ssim = smallest >= SSIM_WINDOW  # SSIM needs images of 11x11 at least
@@ -182,6 +184,8 @@ class NerfExperiment:
         self.optimizer = self.make_optimizer()
         self.occupied = 1.0
         self.samples = 0  # samples that reached the density grid in the last step
+        self.pool: Tensor | None = None  # `ray_pool`, for the box in pool_box
+        self.pool_box: list[list[float]] | None = None
         self.renders: list[tuple[Tensor, Tensor]] = []  # last evaluation, for the pictures
 
     # ---- optimisation ---------------------------------------------------------------------
@@ -216,18 +220,84 @@ class NerfExperiment:
             self.occupied = self.model.update_occupancy()
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
-        if self.config.train.upsample_moments == "reset":
-            self.model.upsample(resolution)
+        """To the next stage of the schedule; with `nerf.fit_box`, the first one also moves
+        the grids onto the occupied box (`fit_box`), later ones keep its voxel shape."""
+        n, m = self.config.nerf, self.model
+        reset = self.config.train.upsample_moments == "reset"
+        optimizer = None if reset else self.optimizer
+        box = m.bounds_list if self.box_fitted() else None
+        if n.fit_box and box is None:
+            box = self.surface_box(n.fit_box_margin)
+            if box is not None:
+                m.fit_box(box, box_resolution(resolution, box, self.config.grid.bounds), optimizer)
+        elif box is not None:
+            m.upsample(box_resolution(resolution, box, self.config.grid.bounds), optimizer)
+        if box is None:
+            m.upsample(resolution, optimizer)
+        if reset:
             self.optimizer = self.make_optimizer()
-        else:
-            self.model.upsample(resolution, self.optimizer)
+
+    @torch.no_grad()
+    def surface_box(self, margin: float, rays: int = 65536) -> list[list[float]] | None:
+        """The box around the points where `rays` random training rays end (opacity > 0.5;
+        the 0.01% extremes on each side of each axis trimmed: floaters), widened by
+        `margin` voxels and kept inside the grid's box; None when fewer than 100 rays end."""
+        m = self.model
+        index = torch.randint(self.colors.shape[0], (rays,), generator=self.gen, device=self.device)
+        ends = []
+        for chunk in index.split(8192):
+            o, d = self.rays_o[chunk], self.rays_d[chunk]
+            out = m.render(o, d, self.background, exact=True)
+            acc, depth = out["acc"], out["depth"]
+            hit = acc > 0.5
+            ends.append(o[hit] + d[hit] * (depth[hit] / acc[hit])[:, None])
+        points = torch.cat(ends).double()  # [K, 3]
+        if points.shape[0] < 100:
+            return None
+        lo, hi = torch.tensor(m.bounds_list, dtype=torch.float64, device=points.device)
+        spacing = (hi - lo) / (torch.tensor(m.resolution, device=points.device) - 1)
+        first = torch.quantile(points, 1e-4, dim=0) - margin * spacing
+        last = torch.quantile(points, 1 - 1e-4, dim=0) + margin * spacing
+        first, last = first.maximum(lo), last.minimum(hi)
+        return None if bool((last <= first).any()) else [first.tolist(), last.tolist()]
+
+    def ray_pool(self) -> Tensor | None:
+        """With a fitted box, the training rays that cross it ([K] int64): the others have
+        no samples and render the background whatever the grids hold, so a batch drawn from
+        these alone teaches more (DirectVoxGO draws from the rays that cross its coarse
+        mask). None: every ray."""
+        box = self.model.bounds_list
+        if not self.config.nerf.fit_box or self.pool_box == box:
+            return self.pool
+        self.pool, self.pool_box = None, box
+        if not self.box_fitted():
+            return None
+        lo, hi = torch.tensor(box, dtype=torch.float32, device=self.device)
+        crossing = []
+        for o, d in zip(self.rays_o.split(1 << 20), self.rays_d.split(1 << 20), strict=True):
+            inverse = 1.0 / torch.where(d == 0, 1e-12, d)
+            t0, t1 = (lo - o) * inverse, (hi - o) * inverse
+            near = torch.minimum(t0, t1).amax(-1).clamp_min(0)
+            crossing.append(torch.maximum(t0, t1).amin(-1) > near)
+        pool = torch.cat(crossing).nonzero()[:, 0]
+        self.pool = pool if pool.shape[0] > 0 else None
+        return self.pool
+
+    def box_fitted(self) -> bool:
+        """Whether the grids were moved onto a fitted box (saved with them: a resumed run
+        knows)."""
+        box = torch.tensor(self.model.bounds_list, dtype=torch.float32)
+        return not torch.equal(box, torch.tensor(self.config.grid.bounds, dtype=torch.float32))
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss, batch MSE): render `train.batch_size` random training rays."""
         c = self.config
-        index = torch.randint(
-            self.colors.shape[0], (c.train.batch_size,), generator=self.gen, device=self.device
-        )[self.rows]  # the whole batch is drawn on every rank, each renders its share
+        pool = self.ray_pool()
+        count = self.colors.shape[0] if pool is None else pool.shape[0]
+        index = torch.randint(count, (c.train.batch_size,), generator=self.gen, device=self.device)
+        index = index[self.rows]  # the whole batch is drawn on every rank, each renders its share
+        if pool is not None:
+            index = pool[index]
         out = self.model.render(self.rays_o[index], self.rays_d[index], self.background)
         self.samples = out["samples"]
         mse = (out["rgb"] - self.colors[index]).square().mean()
@@ -254,6 +324,7 @@ class NerfExperiment:
         views, height, width = origins.shape[:3]
         mses = torch.zeros(views, dtype=torch.float64, device=self.device)
         ssims = torch.zeros(views, dtype=torch.float64, device=self.device)
+        background = torch.zeros(views, 3, dtype=torch.float64, device=self.device)
         sizes = self.test_views.sizes
         kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
         for i in world.split(views):
@@ -263,13 +334,15 @@ class NerfExperiment:
             if self.has_ssim:
                 h, w = (height, width) if sizes is None else sizes[i].tolist()
                 ssims[i] = ssim(rgb.clamp(0, 1)[:h, :w], self.test_images[i, :h, :w])
+            if self.test_background is not None:
+                background[i] = background_errors(error, acc, self.test_background[i])
             if i < keep:
                 # depth of the surface: expected depth over opacity, where mostly opaque
                 kept[i, ..., :3] = rgb
                 kept[i, ..., 3] = torch.where(acc > 0.5, depth / acc.clamp_min(1e-6), 0.0)
         samples = torch.tensor([float(self.samples)], dtype=torch.float64, device=self.device)
         if world.size > 1:
-            for t in (mses, ssims, kept, samples):
+            for t in (mses, ssims, background, kept, samples):
                 world.all_sum(t)
         self.renders = []
         for i, k in enumerate(kept):  # views of different sizes: their own pixels only
@@ -277,7 +350,9 @@ class NerfExperiment:
             h, w = (height, width) if sizes is None else sizes[i].tolist()
             self.renders.append((k[:h, :w, :3].cpu(), k[:h, :w, 3].cpu()))
         mses = mses.tolist()
+        totals = background.sum(0).tolist()  # squared error, opacity, pixels
         return {
+            **background_metrics(*totals),
             "mse": sum(mses) / len(mses),
             "psnr": sum(psnr(m, 1.0) for m in mses) / len(mses),
             "ssim": ssims.mean().item() if self.has_ssim else None,
@@ -324,6 +399,8 @@ class NerfExperiment:
             "ssim": quality["ssim"],
             "mse": quality["mse"],
             "view_psnr": quality["view_psnr"],
+            "background_mse": quality["background_mse"],
+            "background_opacity": quality["background_opacity"],
             "steps": common["steps"],
             "seconds": common["seconds"],
             "train_seconds": common["train_seconds"],
@@ -366,3 +443,32 @@ def seconds_to(records: list[dict], level: float) -> float | None:
         if record["psnr"] >= level:
             return record["train_seconds"]
     return None
+
+
+def box_resolution(
+    resolution: tuple[int, int, int], box: list[list[float]], bounds: list[list[float]]
+) -> tuple[int, int, int]:
+    """The voxels per axis over `box` for a schedule's `resolution` over `bounds`: the same
+    number of cells, cubic (`nerf.fit_box`)."""
+    extent = [hi - lo for lo, hi in zip(*box, strict=True)]
+    cells = 1.0
+    for r in resolution:
+        cells *= r - 1
+    side = (extent[0] * extent[1] * extent[2] / cells) ** (1 / 3)
+    x, y, z = (max(2, round(e / side) + 1) for e in extent)
+    return (x, y, z)
+
+
+def background_errors(error: Tensor, acc: Tensor, background: Tensor) -> Tensor:
+    """Over one view's background pixels: (sum of squared colour error, sum of opacity,
+    pixel count), [3] float64 (error [H, W, 3], acc and background [H, W])."""
+    mask = background.to(error.dtype)
+    return torch.stack([(error.sum(-1) * mask).sum() / 3, (acc.double() * mask).sum(), mask.sum()])
+
+
+def background_metrics(squared: float, opacity: float, pixels: float) -> dict[str, Any]:
+    """Floaters: the test views' background pixels' colour MSE and mean rendered opacity
+    (None without alpha in the test images)."""
+    if pixels == 0:
+        return {"background_mse": None, "background_opacity": None}
+    return {"background_mse": squared / pixels, "background_opacity": opacity / pixels}

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from grid import OccupancyGrid, VoxelGrid, composite, composite_weights, march_rays
+from grid._boxes import check_inside, lattice
 
 from .render import SampleCapacity, positional_encoding, render_fused
 
@@ -101,18 +102,31 @@ class ChannelsFirstGrid(nn.Module):
             out = F.interpolate(t, size=(z, y, x), mode="trilinear", align_corners=True)
             return out.contiguous()
 
-        if optimizer is not None:
-            state = optimizer.state.get(param, {})
-            for key, value in state.items():
-                if isinstance(value, Tensor) and value.shape == param.shape:
-                    state[key] = (
-                        resize(value).clamp_(min=0) if key.endswith("_sq") else resize(value)
-                    )
+        _resize_moments(optimizer, param, resize)
         new = resize(param.data)
         # Drop autograd's cached gradient accumulator (see VoxelGrid.upsample).
         param.data = torch.empty(0, dtype=torch.float64, device=param.device)
         param.data = new
         param.grad = None
+
+    @torch.no_grad()
+    def crop(self, bounds: Sequence[Sequence[float]], resolution, optimizer=None) -> None:
+        """`VoxelGrid.crop`: resample onto a sub-box, with F.grid_sample."""
+        box = torch.tensor(bounds, dtype=torch.float32, device=self.bounds.device)
+        check_inside(box, self.bounds)
+        points = self.normalize(lattice(box, _triple(resolution)))  # [X', Y', Z', 3]
+        coords = points.permute(2, 1, 0, 3)[None]  # [1, Z', Y', X', 3]
+
+        def resize(t: Tensor) -> Tensor:
+            out = F.grid_sample(t, coords, align_corners=True, padding_mode="border")
+            return out.contiguous()  # [1, F, Z', Y', X']
+
+        _resize_moments(optimizer, self.features, resize)
+        new = resize(self.features.data)
+        self.features.data = torch.empty(0, dtype=torch.float64, device=new.device)
+        self.features.data = new
+        self.features.grad = None
+        self.bounds.copy_(box)
 
 
 def make_grid(
@@ -205,6 +219,7 @@ class VoxelNeRF(nn.Module):
         self.occupancy_threshold = occupancy_threshold
         self.weight_threshold = weight_threshold
         self.occupancy_grid = OccupancyGrid(size, bounds, device=device)
+        self.register_load_state_dict_post_hook(self._sync_box)
 
     @property
     def occupancy(self) -> Tensor:
@@ -284,6 +299,23 @@ class VoxelNeRF(nn.Module):
         self.density.upsample(size, optimizer)
         self.color.upsample(size, optimizer)
 
+    @torch.no_grad()
+    def fit_box(self, bounds: Sequence[Sequence[float]], resolution, optimizer=None) -> None:
+        """Both grids and the occupancy grid resampled onto the sub-box `bounds` at
+        `resolution` (`VoxelGrid.crop`), carrying the optimiser's moments. The density
+        keeps its scale: `interval` stays measured in voxels of the configured final grid."""
+        size = _triple(resolution)
+        self.occupancy_grid.crop(bounds, size)  # first: it checks the box before any change
+        self.density.crop(bounds, size, optimizer)
+        self.color.crop(bounds, size, optimizer)
+        self._sync_box(self, None)  # as a reload will read them: the grids' float32 box
+
+    def _sync_box(self, module, incompatible_keys) -> None:
+        # load_state_dict hook: a fitted box comes back in the grids' saved bounds.
+        box = self.density.bounds
+        self.bounds_list = box.tolist()
+        self.occupancy_grid.bounds = box.to(torch.float32).clone()
+
     def total_variation(self) -> Tensor:
         """Total variation of the density grid."""
         return self.density.total_variation()
@@ -361,3 +393,12 @@ def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
         return (value, value, value)
     x, y, z = value
     return (int(x), int(y), int(z))
+
+
+def _resize_moments(optimizer, param: Tensor, resize) -> None:
+    """The optimiser's state tensors shaped like `param` through `resize` (second moments,
+    names ending in `_sq`, kept non-negative)."""
+    state = {} if optimizer is None else optimizer.state.get(param, {})
+    for key, value in state.items():
+        if isinstance(value, Tensor) and value.shape == param.shape:
+            state[key] = resize(value).clamp_(min=0) if key.endswith("_sq") else resize(value)
