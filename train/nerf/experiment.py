@@ -412,6 +412,8 @@ class NerfExperiment:
             "device": common["device"],
             "backend": c.grid.backend,
             "resolution": list(m.resolution),
+            "bounds": m.bounds_list,
+            "ray_pool": 1.0 if self.pool is None else self.pool.shape[0] / self.colors.shape[0],
             "parameters": sum(p.numel() for p in m.parameters()),
             "batch_size": c.train.batch_size,
             "processes": common["processes"],
