@@ -239,11 +239,16 @@ class NerfExperiment:
 
     @torch.no_grad()
     def surface_box(self, margin: float, rays: int = 65536) -> list[list[float]] | None:
-        """The box around the points where `rays` random training rays end (opacity > 0.5;
-        the 0.01% extremes on each side of each axis trimmed: floaters), widened by
-        `margin` voxels and kept inside the grid's box; None when fewer than 100 rays end."""
+        """The box around the points where `rays` random training rays of the object end:
+        rays whose pixel is not the background colour (by more than 0.02 on a channel), with
+        opacity > 0.5; the 0.01% extremes on each side of each axis trimmed (floaters). Rays
+        of background pixels are left out: far from the object, where every view sees only
+        the background, the grid may hold fog of the background's colour, and they end
+        there. Widened by `margin` voxels and kept inside the grid's box; None when fewer
+        than 100 rays end."""
         m = self.model
         index = torch.randint(self.colors.shape[0], (rays,), generator=self.gen, device=self.device)
+        index = index[(self.colors[index] - self.background).abs().amax(-1) > 0.02]
         ends = []
         for chunk in index.split(8192):
             o, d = self.rays_o[chunk], self.rays_d[chunk]
