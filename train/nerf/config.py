@@ -86,10 +86,10 @@ class NerfConfig:
     )
     fit_box: bool = doc(
         "nerf: at the first `train.upsample_steps`, move both grids onto the box around where "
-        "training rays end (the surface points of up to 65536 of them, extremes trimmed, plus "
-        "`fit_box_margin` voxels), with as many cubic voxels as the schedule's resolution has "
-        "cells: the fine voxels land on the object, not on empty space (as DirectVoxGO's "
-        "coarse stage's box).",
+        "the rays of object pixels end (pixels not of the background colour; up to 65536 rays, "
+        "extremes trimmed, plus `fit_box_margin` voxels), with as many cubic voxels as the "
+        "schedule's resolution has cells, and draw later batches from the rays that cross it: "
+        "the fine voxels land on the object (as DirectVoxGO's coarse-stage box).",
         False,
     )
     fit_box_margin: float = doc("nerf, fit_box: voxels (of the coarse grid) added around.", 2.0)
