@@ -42,7 +42,13 @@ FIELD = sets(
     "train.upsample_resolutions=[[12, 10, 9]]",
 )
 NERF_KEYS = ("train.steps=40", "eval.every=20", "output.checkpoint_every=0")
-NERF_CHANGES = ("train.upsample_steps=[20]", "nerf.occupancy_start=10", "nerf.occupancy_every=10")
+# the upsample at step 20 also fits the box (each rank finds one, the ranks average them)
+NERF_CHANGES = (
+    "train.upsample_steps=[20]",
+    "nerf.occupancy_start=10",
+    "nerf.occupancy_every=10",
+    "nerf.fit_box=true",
+)
 
 
 def nerf_args(scene: Path) -> list[str]:
@@ -203,6 +209,8 @@ def test_nerf_two_ranks_equal_one_process(runs, tmp_path):
     assert main(["--out", str(tmp_path / "nerf_one"), *nerf_args(scene)]) == 0
     one, two = final_state(tmp_path / "nerf_one"), final_state(d / "nerf_two")
     assert one["step"] == two["step"] and one["resolution"] == two["resolution"]
+    box = two["model"]["density.bounds"]
+    assert (box[1] - box[0] < 3.0 - 1e-3).all(), box  # nerf.fit_box moved the grids
     # Rounding can move a sample across the occupancy or weight threshold, and Adam turns
     # a rounding-sized gradient into a full step: a few voxels differ, the fields agree.
     for key, a in one["model"].items():

@@ -227,7 +227,7 @@ class NerfExperiment:
         optimizer = None if reset else self.optimizer
         box = m.bounds_list if self.box_fitted() else None
         if n.fit_box and box is None:
-            box = self.surface_box(n.fit_box_margin)
+            box = self.agree_box(self.surface_box(n.fit_box_margin))
             if box is not None:
                 m.fit_box(box, box_resolution(resolution, box, self.config.grid.bounds), optimizer)
         elif box is not None:
@@ -265,6 +265,20 @@ class NerfExperiment:
         last = torch.quantile(points, 1 - 1e-4, dim=0) + margin * spacing
         first, last = first.maximum(lo), last.minimum(hi)
         return None if bool((last <= first).any()) else [first.tolist(), last.tolist()]
+
+    def agree_box(self, box: list[list[float]] | None) -> list[list[float]] | None:
+        """The ranks' boxes averaged (None if any rank has none), so that rounding cannot
+        give the ranks grids of different shapes; `box` itself on one process."""
+        if self.world.size == 1:
+            return box
+        t = torch.zeros(7, dtype=torch.float64, device=self.device)
+        if box is not None:
+            t[:6] = torch.tensor(box, dtype=torch.float64).reshape(-1)
+            t[6] = 1
+        self.world.all_sum(t)
+        if t[6] < self.world.size:
+            return None
+        return (t[:6] / self.world.size).reshape(2, 3).tolist()
 
     def ray_pool(self) -> Tensor | None:
         """With a fitted box, the training rays that cross it ([K] int64): the others have
