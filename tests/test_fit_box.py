@@ -116,7 +116,7 @@ def test_fit_box_moves_both_grids_and_a_reload_brings_the_box_back(backend):
 
 def test_box_resolution_keeps_the_cell_count_with_cubic_voxels():
     box = [[-1.0, -1.0, -0.5], [1.0, 1.0, 0.5]]  # 2 x 2 x 1
-    x, y, z = box_resolution((81, 81, 81), box, [[-1.5] * 3, [1.5] * 3])
+    x, y, z = box_resolution((81, 81, 81), box)
     assert x == y and abs((x - 1) / 2 - (z - 1) / 1) <= 1  # cubic voxels
     assert (x - 1) * (y - 1) * (z - 1) == pytest.approx(80**3, rel=0.05)
 

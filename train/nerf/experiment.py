@@ -221,7 +221,7 @@ class NerfExperiment:
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
         """To the next stage of the schedule; with `nerf.fit_box`, the first one also moves
-        the grids onto the occupied box (`fit_box`), later ones keep its voxel shape."""
+        the grids onto the box of the object's rays (`surface_box`), later ones keep it."""
         n, m = self.config.nerf, self.model
         reset = self.config.train.upsample_moments == "reset"
         optimizer = None if reset else self.optimizer
@@ -229,9 +229,9 @@ class NerfExperiment:
         if n.fit_box and box is None:
             box = self.agree_box(self.surface_box(n.fit_box_margin))
             if box is not None:
-                m.fit_box(box, box_resolution(resolution, box, self.config.grid.bounds), optimizer)
+                m.fit_box(box, box_resolution(resolution, box), optimizer)
         elif box is not None:
-            m.upsample(box_resolution(resolution, box, self.config.grid.bounds), optimizer)
+            m.upsample(box_resolution(resolution, box), optimizer)
         if box is None:
             m.upsample(resolution, optimizer)
         if reset:
@@ -466,11 +466,9 @@ def seconds_to(records: list[dict], level: float) -> float | None:
     return None
 
 
-def box_resolution(
-    resolution: tuple[int, int, int], box: list[list[float]], bounds: list[list[float]]
-) -> tuple[int, int, int]:
-    """The voxels per axis over `box` for a schedule's `resolution` over `bounds`: the same
-    number of cells, cubic (`nerf.fit_box`)."""
+def box_resolution(resolution: tuple[int, int, int], box: list[list[float]]) -> tuple[int, int, int]:
+    """The voxels per axis over `box` for a schedule's `resolution`: as many cells, cubic
+    (`nerf.fit_box`)."""
     extent = [hi - lo for lo, hi in zip(*box, strict=True)]
     cells = 1.0
     for r in resolution:
