@@ -466,7 +466,9 @@ def seconds_to(records: list[dict], level: float) -> float | None:
     return None
 
 
-def box_resolution(resolution: tuple[int, int, int], box: list[list[float]]) -> tuple[int, int, int]:
+def box_resolution(
+    resolution: tuple[int, int, int], box: list[list[float]]
+) -> tuple[int, int, int]:
     """The voxels per axis over `box` for a schedule's `resolution`: as many cells, cubic
     (`nerf.fit_box`)."""
     extent = [hi - lo for lo, hi in zip(*box, strict=True)]
