@@ -17,10 +17,14 @@
 # .anchors/dvgo: a copy of the anchor folder, carried along, never part of the repository),
 # then ours for as long, evaluated at 1/3, 2/3 and all of DirectVoxGO's training time.
 # Writes to $OUT/dvgo: dvgo.md (the table: PSNR, SSIM against training seconds, peak
-# memory), dvgo.json, dvgo.log (DirectVoxGO's output), ours/ (the run directory). About 10
-# minutes on an H100 (DirectVoxGO about 5 with its first JIT build, ours about 4); in two
-# calls: `bash bench/gpu.sh dvgo --dvgo-only`, then
-# `bash bench/gpu.sh dvgo --dvgo-log bench/results/dvgo_work/dvgo.log` (same machine).
+# memory), dvgo.json, dvgo.log (DirectVoxGO's output), ours/ (the run directory). Measured
+# on an H100: a fresh machine spends ~65 s building ours, ~65 s generating the scene, then
+# DirectVoxGO's first JIT build and run do not finish inside a 10-minute call; on the same
+# machine, warm, `--dvgo-only` takes 234 s. So: `bash bench/gpu.sh dvgo --dvgo-only` (again
+# if it timed out, at once, before the machine goes back), then, any machine, with
+# bench/results/dvgo_work carried along, `bash bench/gpu.sh dvgo --dvgo-log
+# bench/results/dvgo_work/dvgo.log --ours-steps N` (ours at N steps: ~170 steps/s with
+# nerf.fit_box; the scene is regenerated on a fresh machine).
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
 # `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
 # averaging alone, DDP against all_reduce), then configs/density_256.toml and
