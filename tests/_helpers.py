@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -43,3 +44,15 @@ def ray_points(n_rays: int, n_samples: int, seed: int, device) -> torch.Tensor:
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol=1e-5, atol=1e-5) -> None:
     torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol)
+
+
+class Record(TorchDispatchMode):
+    """Records the name of every op dispatched inside `with Record() as rec:` in `rec.ops`."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))

@@ -10,7 +10,7 @@ import torch
 import grid
 from grid import _backend
 
-from ._helpers import DEVICES, assert_close, needs_cuda, random_points
+from ._helpers import DEVICES, Record, assert_close, needs_cuda, random_points
 
 OPS = ["trilinear", "trilinear_backward", "sample", "sample_backward"]
 DOUBLE_BACKWARD_OPS = ["trilinear_double_backward", "sample_double_backward"]
@@ -66,17 +66,6 @@ def test_native_library_shares_the_cxx_runtime():
 
 
 def test_public_api_calls_the_native_ops():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     features = torch.randn(3, 3, 3, 2, requires_grad=True)
     points = random_points((5,), "cpu").requires_grad_()
     corners = torch.randn(5, 8, 2, requires_grad=True)

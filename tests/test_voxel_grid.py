@@ -10,6 +10,8 @@ import torch
 import grid
 from grid.voxel_grid import VoxelGrid
 
+from ._helpers import Record
+
 # An off-centre, non-cubic box and a non-cubic resolution.
 LO = (-0.3, 1.0, 2.0)
 HI = (0.9, 1.5, 4.0)
@@ -362,17 +364,6 @@ def test_forward_sees_changed_bounds():
 def test_forward_is_one_op_and_equals_normalize_then_sample(dtype, interpolation):
     """The box is mapped inside grid.sample (bounds=...), bitwise as `normalize` (the fused
     multiply-add) followed by `sample` on the CPU: values, both gradients."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     gen = torch.Generator().manual_seed(0)
     g = VoxelGrid(RES, 3, (LO, HI), init="normal", dtype=dtype, interpolation=interpolation)
     xyz = random_inside(5000, gen).to(dtype).requires_grad_()

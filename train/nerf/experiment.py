@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from grid import MaskedAdam
+from grid import MaskedAdam, ray_aabb
 
 from ..config import Config
 from ..distributed import SINGLE, World
@@ -291,13 +291,11 @@ class NerfExperiment:
         self.pool, self.pool_box = None, box
         if not self.box_fitted():
             return None
-        lo, hi = torch.tensor(box, dtype=torch.float32, device=self.device)
+        lo, hi = box
         crossing = []
         for o, d in zip(self.rays_o.split(1 << 20), self.rays_d.split(1 << 20), strict=True):
-            inverse = 1.0 / torch.where(d == 0, 1e-12, d)
-            t0, t1 = (lo - o) * inverse, (hi - o) * inverse
-            near = torch.minimum(t0, t1).amax(-1).clamp_min(0)
-            crossing.append(torch.maximum(t0, t1).amin(-1) > near)
+            t_near, t_far = ray_aabb(o, d, lo, hi)
+            crossing.append(t_far > t_near)
         pool = torch.cat(crossing).nonzero()[:, 0]
         self.pool = pool if pool.shape[0] > 0 else None
         return self.pool
