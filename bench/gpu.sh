@@ -25,6 +25,13 @@
 # bench/results/dvgo_work carried along, `bash bench/gpu.sh dvgo --dvgo-log
 # bench/results/dvgo_work/dvgo.log --ours-steps N` (ours at N steps: ~170 steps/s with
 # nerf.fit_box; the scene is regenerated on a fresh machine).
+#   bash bench/gpu.sh dvgo-build
+# `dvgo-build`: only JIT-builds DirectVoxGO's CUDA extensions (DVGO_DIR), so that a later
+# `dvgo --dvgo-only` call on the same warm machine spends its 10 minutes on training.
+#   bash bench/gpu.sh variants --config C --steps N --variant "NAME: KEY=VALUE ..." ...
+# `variants`: bench/nerf_variants.py: variants of one config trained at once, at the same
+# step count (their quality side by side; the shared GPU makes their seconds meaningless).
+# Writes $OUT/variants.json/.md and each run's log.
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
 # `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
 # averaging alone, DDP against all_reduce), then configs/density_256.toml and
@@ -155,6 +162,20 @@ if [ "$what" = dvgo ]; then
   python3 bench/bench_dvgo.py --dvgo "${DVGO_DIR:-.anchors/dvgo}" --out "$OUT/dvgo" "$@" 2>&1 \
     | tee "$OUT/dvgo/bench_dvgo.log" | grep -v "^  " | tail -n 40
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = dvgo-build ]; then
+  start=$(date +%s)
+  (cd "${DVGO_DIR:-.anchors/dvgo}" && python3 -c "import sys; sys.path[:0] = ['shim', '.']
+from lib import utils, dvgo, dcvgo, dmpigo") >"$OUT/dvgo_build.log" 2>&1 || status=1
+  tail -n 5 "$OUT/dvgo_build.log"
+  echo "DirectVoxGO build: $(($(date +%s) - start)) s"
+fi
+if [ "$what" = variants ]; then
+  runs=${VARIANT_RUNS:-/tmp/nerf_variants}
+  python3 bench/nerf_variants.py --out "$runs" --json "$OUT/variants.json" "$@" 2>&1 \
+    | tee "$OUT/variants.log" | tail -n 30
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  cp "$runs"/*.log "$OUT/" 2>/dev/null
 fi
 if [ "$what" = multi ]; then
   runs=${MULTI_RUNS:-/tmp/multi_runs}

@@ -144,14 +144,14 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks) sample_backward_ker
   }
 }
 
-// float32 grids of one channel take the one-thread-per-point kernel of sample_small_f.cuh:
-// z-pair vector atomics, S5 F = 1 backward 0.118 -> 0.098 ms on an H100. For F = 2..4 it
-// measured slower than the kernels below (F = 3: 0.259 against 0.212 ms): fewer atomics, but
-// a thread per point has less in flight than 4-8 threads per point whose atomics coalesce (both
-// before the run sums; bench/probes/small_f_probe.py times the small-F kernel with them).
+// float32 grids of one or three channels take the one-thread-per-point kernel of
+// sample_small_f.cuh: z-pair vector atomics after the warp's run sums. S5 backward on an H100:
+// F = 1 0.118 -> 0.098 ms; F = 3 0.208 -> 0.192 ms (bench/probes/small_f_probe.py). F = 2 and 4
+// measured slower there than the kernels below, whose 4-8 threads per point have more in flight
+// and coalesce their atomics.
 bool use_small_f(const at::Tensor& features, const at::Tensor& points, const at::Tensor& grad_out) {
   return features.scalar_type() == at::kFloat && points.scalar_type() == at::kFloat &&
-         features.size(3) == 1 &&
+         (features.size(3) == 1 || features.size(3) == 3) &&
          fits_int32(points.size(0), {features.numel(), grad_out.numel(), points.numel()});
 }
 
@@ -193,10 +193,11 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
     // one thread per point; z-pair vector atomics where no float4 can leave the grid
     const bool vector = vec_aligned(4, {features.numel()}, {grad_features.data_ptr()});
     dispatch_mask(want_features, want_points, [&](auto kf, auto kp) {
-      const auto launch = [&](auto kv) {
+      const auto launch = [&](auto fc, auto kv) {
         constexpr auto kernel =
-            sample_backward_small_f_kernel<1, decltype(kv)::value, decltype(kf)::value,
-                                           decltype(kp)::value, true, int32_t>;
+            sample_backward_small_f_kernel<decltype(fc)::value, decltype(kv)::value,
+                                           decltype(kf)::value, decltype(kp)::value, true,
+                                           int32_t>;
         prefer_l1<kernel>();
         kernel<<<one_pass_blocks(N), kThreads, 0, stream>>>(
             grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
@@ -204,10 +205,16 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
             want_points ? grad_points.data_ptr<float>() : nullptr, shape, int32_t(N), mode);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
+      const auto with_f = [&](auto kv) {
+        if (shape.F == 1)
+          launch(std::integral_constant<int, 1>{}, kv);
+        else
+          launch(std::integral_constant<int, 3>{}, kv);
+      };
       if (vector)
-        launch(std::true_type{});
+        with_f(std::true_type{});
       else
-        launch(std::false_type{});
+        with_f(std::false_type{});
     });
   } else if (N > 0 && (want_features || want_points)) {
     dispatch_dtypes(features.scalar_type(), points.scalar_type(), [&](auto s, auto p) {

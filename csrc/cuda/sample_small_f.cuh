@@ -6,7 +6,7 @@
 // channels-last grid -- with aligned 16-byte vector atomics, zero-padded where the pair does not
 // fill them: for F = 1, 4.98 atomics per point on S5's rays without the run sums (8 corners),
 // 2.86 with them (counted on the CPU). sample_forward.cu takes the forward for F = 3 (and strided
-// F = 2, 4), sample_backward.cu the backward for F = 1: the choices
+// F = 2, 4), sample_backward.cu the backward for F = 1 and 3: the choices
 // bench/probes/small_f_probe.py measured (bench/NOTES.md). The probe times the other variants too.
 #pragma once
 

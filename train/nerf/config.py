@@ -84,6 +84,18 @@ class NerfConfig:
     lr_decay: float = doc(
         "nerf: every learning rate is multiplied by this at the last step (exponential).", 0.1
     )
+    sample_color_weight: float = doc(
+        "nerf: weight of the per-sample colour loss, sum over a ray's coloured samples of "
+        "weight x |sample colour - pixel colour|^2 (weights without gradient; DirectVoxGO's "
+        "rgbper, 0.01 in its fine stage): each sample's colour is pulled to its pixel's, so "
+        "colour is not blended from several surfaces.",
+        0.0,
+    )
+    entropy_weight: float = doc(
+        "nerf: weight of the binary entropy of each ray's remaining transmittance (DirectVoxGO's "
+        "entropy_last, 0.001 in its fine stage): rays end either empty or opaque.",
+        0.0,
+    )
     fit_box: bool = doc(
         "nerf: at the first `train.upsample_steps`, move both grids onto the box around where "
         "the rays of object pixels end (pixels not of the background colour; up to 65536 rays, "
@@ -140,6 +152,9 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             raise ConfigError(f"nerf.{key}: expected a number in [0, 1), got {value}")
     if n.alpha_init == 0:
         raise ConfigError("nerf.alpha_init: expected a number in (0, 1), got 0.0")
+    for key in ("sample_color_weight", "entropy_weight"):
+        if not getattr(n, key) >= 0:
+            raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
     if n.fit_box and not c.train.upsample_steps:
         raise ConfigError("nerf.fit_box: needs train.upsample_steps (it acts at the first)")
     if not n.fit_box_margin >= 0:

@@ -7,7 +7,8 @@ What it adds to the loop skeleton (`train.loop`):
   generated into `data.path` on first use (`ensure_scene`); every training pixel's ray
   precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
-* loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density;
+* loss: MSE of the rendered colour, plus total variation of the density and the optional
+  losses of `train.nerf.losses` (`train.tv_weight`, `nerf.*_weight`);
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
   occupancy grid refreshed every `nerf.occupancy_every` steps;
 * evaluation: mean PSNR and SSIM over the test views (whole images);
@@ -30,6 +31,7 @@ from ..distributed import SINGLE, World
 from ..errors import ConfigError, InputFileError, writing
 from ..metrics import psnr, ssim
 from ..schema import as_resolution
+from .losses import auxiliary_losses
 from .model import VoxelNeRF
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
@@ -317,10 +319,12 @@ class NerfExperiment:
             index = pool[index]
         out = self.model.render(self.rays_o[index], self.rays_d[index], self.background)
         self.samples = out["samples"]
-        mse = (out["rgb"] - self.colors[index]).square().mean()
+        target = self.colors[index]  # [R, 3]
+        mse = (out["rgb"] - target).square().mean()
+        loss = mse + auxiliary_losses(c.nerf, out, target)
         if c.train.tv_weight:
-            return mse + c.train.tv_weight * self.model.total_variation(), mse
-        return mse, mse
+            loss = loss + c.train.tv_weight * self.model.total_variation()
+        return loss, mse
 
     def progress(self, value: float) -> dict[str, str]:
         """The batch MSE and its PSNR, for the progress bar."""

@@ -344,7 +344,9 @@ class VoxelNeRF(nn.Module):
             dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
             acc [R] (opacity), samples (number of samples that reached the density grid:
             an int, or a [] tensor on the device when the fused renderer planned its
-            buffers; read it when logging).
+            buffers; read it when logging); the coloured samples: sample_rgb [V, 3],
+            sample_weight [V] (compositing weights, no gradient) and sample_ray [V] (their
+            ray, in [0, R]: the fused renderer's padding rows have weight 0 and ray R).
         """
         if self.renderer == "fused":
             if exact is None:
@@ -367,7 +369,15 @@ class VoxelNeRF(nn.Module):
         rgb, depth, acc = composite(
             weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
         )
-        return {"rgb": rgb, "depth": depth, "acc": acc, "samples": ray_id.shape[0]}
+        return {
+            "rgb": rgb,
+            "depth": depth,
+            "acc": acc,
+            "samples": ray_id.shape[0],
+            "sample_rgb": colors,
+            "sample_weight": weights[visible].detach(),
+            "sample_ray": ray_id[visible],
+        }
 
     @torch.no_grad()
     def render_image(

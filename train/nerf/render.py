@@ -119,7 +119,16 @@ def render_fused(
     rgb_chosen = model.rgb(samples.points[read], views[samples.ray_indices[read]])  # [V, 3]
     colors = rgb_chosen.new_zeros(slots + 1, 3).index_put_((chosen,), rgb_chosen)[:slots]
     rgb, depth, acc = grid.composite_rays(tau, colors, samples.t, samples.offsets, background)
-    return {"rgb": rgb, "depth": depth, "acc": acc, "samples": count}
+    weights = torch.cat([weights, weights.new_zeros(1)])  # slot `slots`: padding, weight 0
+    return {
+        "rgb": rgb,
+        "depth": depth,
+        "acc": acc,
+        "samples": count,
+        "sample_rgb": rgb_chosen,
+        "sample_weight": weights[chosen],
+        "sample_ray": samples.ray_indices[read],
+    }
 
 
 def positional_encoding(x: Tensor, frequencies: int) -> Tensor:
