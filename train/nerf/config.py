@@ -71,6 +71,11 @@ class NerfConfig:
         "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
         1e-4,
     )
+    mlp_dtype: str = doc(
+        "nerf: `float32`, or `bfloat16`: the colour MLP's matrix products under autocast "
+        "(half its activation memory; tensor cores on the GPU), its output in float32.",
+        "float32",
+    )
     renderer: str = doc(
         "nerf: how rays are sampled and composited: `fused` (the library's native ray marcher "
         "and compositor, buffers of planned size: a CUDA step never waits for the GPU), "
@@ -144,6 +149,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         )
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
+    if n.mlp_dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"nerf.mlp_dtype: expected float32 or bfloat16, got {n.mlp_dtype!r}")
     if n.renderer not in ("auto", "fused", "torch"):
         raise ConfigError(f"nerf.renderer: expected auto, fused or torch, got {n.renderer!r}")
     for key in ("alpha_init", "occupancy_threshold", "weight_threshold"):

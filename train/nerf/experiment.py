@@ -66,6 +66,7 @@ def make_model(
         alpha_init=n.alpha_init,
         occupancy_threshold=n.occupancy_threshold,
         weight_threshold=n.weight_threshold,
+        mlp_dtype=n.mlp_dtype,
         backend=backend,
         renderer=n.renderer,
         device=device,

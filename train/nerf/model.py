@@ -144,6 +144,10 @@ def make_grid(
     raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
+#: Values of `mlp_dtype`: the colour MLP's compute dtype.
+MLP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 class VoxelNeRF(nn.Module):
     """DirectVoxGO-style radiance field over the box `bounds`.
 
@@ -161,6 +165,9 @@ class VoxelNeRF(nn.Module):
         occupancy_threshold: cells whose alpha (and whose neighbours') is below it are
             skipped once `update_occupancy` has run.
         weight_threshold: samples with compositing weight below it skip the colour.
+        mlp_dtype: "float32", or "bfloat16": the colour MLP's matrix products under
+            autocast (half the activation memory, tensor cores), its output and everything
+            else in float32.
         backend: "native" (VoxelGrid, grid.sample) or "grid_sample" (F.grid_sample).
         renderer: "auto", "fused" or "torch" (see the module docstring).
 
@@ -184,6 +191,7 @@ class VoxelNeRF(nn.Module):
         alpha_init: float = 1e-2,
         occupancy_threshold: float = 1e-4,
         weight_threshold: float = 1e-4,
+        mlp_dtype: str = "float32",
         backend: str = "native",
         renderer: str = "auto",
         device: torch.device | str | None = None,
@@ -191,6 +199,10 @@ class VoxelNeRF(nn.Module):
         super().__init__()
         if renderer not in RENDERERS:
             raise ValueError(f"renderer: expected one of {', '.join(RENDERERS)}, got {renderer!r}")
+        if mlp_dtype not in MLP_DTYPES:
+            expected = ", ".join(MLP_DTYPES)
+            raise ValueError(f"mlp_dtype: expected one of {expected}, got {mlp_dtype!r}")
+        self.mlp_dtype = MLP_DTYPES[mlp_dtype]
         if renderer == "auto":
             renderer = "fused" if backend == "native" else "torch"
         self.renderer = renderer
@@ -268,7 +280,12 @@ class VoxelNeRF(nn.Module):
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
-        return torch.sigmoid(self.mlp(torch.cat([self.color(points), view_encoding], -1)))
+        x = torch.cat([self.color(points), view_encoding], -1)
+        if self.mlp_dtype == torch.float32:
+            return torch.sigmoid(self.mlp(x))
+        with torch.autocast(x.device.type, dtype=self.mlp_dtype):
+            logits = self.mlp(x)
+        return torch.sigmoid(logits.float())
 
     @torch.no_grad()
     def update_occupancy(self) -> float:

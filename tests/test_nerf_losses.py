@@ -1,0 +1,118 @@
+"""The NeRF experiment's optional losses (train/nerf/losses.py) on both renderers' per-sample
+outputs, and the colour MLP in bfloat16 (`nerf.mlp_dtype`)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from train.config import load_config
+from train.errors import ConfigError
+from train.nerf.losses import auxiliary_losses, sample_color_loss, transmittance_entropy
+
+from .test_nerf_fused import pair
+from .test_nerf_model_parity import model, rays
+
+
+def loop_sample_loss(m, origins, directions, target) -> float:
+    """The per-sample colour loss from the plain renderer's samples, ray by ray."""
+    total = 0.0
+    for r in range(origins.shape[0]):
+        out = m.render(origins[r : r + 1], directions[r : r + 1], torch.ones(3, dtype=target.dtype))
+        error = (out["sample_rgb"] - target[r]).square().sum(-1)
+        total += float((out["sample_weight"] * error).sum().detach())
+    return total / origins.shape[0]
+
+
+def test_sample_color_loss_is_the_weighted_error_of_each_coloured_sample():
+    torch_model, fused = pair()
+    origins, directions = (x.double() for x in rays(40, seed=11))
+    target = torch.rand(40, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    background = torch.ones(3, dtype=torch.float64)
+    want = loop_sample_loss(torch_model, origins, directions, target)
+    assert want > 0
+    for m in (torch_model, fused):
+        out = m.render(origins, directions, background)
+        assert out["sample_rgb"].shape[0] == out["sample_weight"].shape[0] > 50
+        assert not out["sample_weight"].requires_grad  # DirectVoxGO: weights without gradient
+        assert math.isclose(sample_color_loss(out, target).item(), want, rel_tol=1e-9)
+
+
+def test_planned_padding_adds_nothing_to_the_sample_loss():
+    _, fused = pair(torch.float32)
+    fused.sizing = "planned"
+    origins, directions = rays(128, seed=12)
+    target = torch.rand(128, 3, generator=torch.Generator().manual_seed(2))
+    exact = fused.render(origins, directions, torch.ones(3), exact=True)
+    fused.render(origins, directions, torch.ones(3))  # measures the counts
+    planned = fused.render(origins, directions, torch.ones(3))  # padded buffers
+    assert planned["sample_rgb"].shape[0] > exact["sample_rgb"].shape[0]  # padding rows
+    assert int(planned["sample_ray"].max()) == 128  # padding rows name ray R, weight 0
+    torch.testing.assert_close(
+        sample_color_loss(planned, target), sample_color_loss(exact, target), rtol=1e-5, atol=0
+    )
+
+
+def test_sample_loss_moves_the_colour_grid_and_mlp_only():
+    m = model(occupancy_threshold=1e-3)
+    m.update_occupancy()
+    origins, directions = rays(64, seed=13)
+    out = m.render(origins, directions, torch.ones(3))
+    loss = sample_color_loss(out, torch.rand(64, 3, generator=torch.Generator().manual_seed(3)))
+    density, color = torch.autograd.grad(
+        loss, [m.density.features, m.color.features], allow_unused=True
+    )
+    assert density is None or density.abs().max() == 0  # weights carry no gradient
+    assert color.abs().max() > 0
+
+
+def test_transmittance_entropy():
+    acc = torch.tensor([0.0, 1.0, 0.5, 0.9], requires_grad=True)
+    h = transmittance_entropy(acc)
+    p = torch.tensor([1 - 1e-6, 1e-6, 0.5, 0.1])
+    want = -(p * p.log() + (1 - p) * (1 - p).log()).mean()
+    torch.testing.assert_close(h, want)
+    (g,) = torch.autograd.grad(h, acc)
+    assert g[2] == 0 and g[3] < 0  # 0.5 is the maximum; descent moves opacity 0.9 up to 1
+
+
+def test_auxiliary_losses_follow_the_config():
+    c = load_config(
+        None, ["experiment=nerf", "nerf.sample_color_weight=0.5", "nerf.entropy_weight=0.25"]
+    )
+    m = model(occupancy_threshold=1e-3)
+    m.update_occupancy()
+    origins, directions = rays(32, seed=14)
+    out = m.render(origins, directions, torch.ones(3))
+    target = torch.rand(32, 3, generator=torch.Generator().manual_seed(4))
+    want = 0.5 * sample_color_loss(out, target) + 0.25 * transmittance_entropy(out["acc"])
+    torch.testing.assert_close(auxiliary_losses(c.nerf, out, target), want)
+    assert auxiliary_losses(load_config(None, ["experiment=nerf"]).nerf, out, target) == 0.0
+
+
+@pytest.mark.parametrize("key", ["nerf.sample_color_weight", "nerf.entropy_weight"])
+def test_negative_weights_are_refused(key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, ["experiment=nerf", f"{key}=-0.1"])
+
+
+def test_bfloat16_mlp_renders_close_to_float32_with_float32_gradients():
+    full = model(occupancy_threshold=1e-3)
+    half = model(occupancy_threshold=1e-3, mlp_dtype="bfloat16")
+    half.load_state_dict(full.state_dict())
+    for m in (full, half):
+        m.update_occupancy()
+    origins, directions = rays(200, seed=15)
+    want = full.render(origins, directions, torch.ones(3))
+    got = half.render(origins, directions, torch.ones(3))
+    assert got["rgb"].dtype == got["sample_rgb"].dtype == torch.float32
+    torch.testing.assert_close(got["rgb"], want["rgb"], rtol=0, atol=2e-2)
+    assert (got["rgb"] - want["rgb"]).abs().max() > 0  # bfloat16 products did run
+    (grad,) = torch.autograd.grad(got["rgb"].square().sum(), [half.color.features])
+    assert grad.dtype == torch.float32 and grad.abs().max() > 0
+    with pytest.raises(ValueError, match="mlp_dtype"):
+        model(mlp_dtype="float16")
+    with pytest.raises(ConfigError, match=r"nerf\.mlp_dtype"):
+        load_config(None, ["experiment=nerf", "nerf.mlp_dtype=half"])
