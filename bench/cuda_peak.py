@@ -1,8 +1,10 @@
 """Runs a Python script as `__main__` and prints the CUDA memory peaks of this process.
 
     python bench/cuda_peak.py SCRIPT [ARGS...]
+    python bench/cuda_peak.py -m MODULE [ARGS...]
 
-The script runs as `python SCRIPT ARGS...` would run it (its own `sys.argv`, `__file__`),
+The script runs as `python SCRIPT ARGS...` (or `python -m MODULE ARGS...`) would run it (its
+own `sys.argv`, `__file__`),
 inside this process; at its end (an exception or `sys.exit` included) one line follows:
 
     CUDA_PEAK allocated <bytes> reserved <bytes>
@@ -32,13 +34,19 @@ def peak_line() -> str:
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python bench/cuda_peak.py SCRIPT [ARGS...]")
-    script = sys.argv[1]
-    sys.argv = sys.argv[1:]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` sets it
+    if len(sys.argv) < 2 or sys.argv[1:2] == ["-m"] and len(sys.argv) < 3:
+        raise SystemExit("usage: python bench/cuda_peak.py SCRIPT|-m MODULE [ARGS...]")
+    module = sys.argv[2] if sys.argv[1] == "-m" else None
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is not None:
+            sys.argv = [module, *sys.argv[3:]]
+            sys.path[0] = os.getcwd()  # as `python -m` sets it
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            script = sys.argv[1]
+            sys.argv = sys.argv[1:]
+            sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` sets it
+            runpy.run_path(script, run_name="__main__")
     finally:
         print(peak_line(), flush=True)
 

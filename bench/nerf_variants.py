@@ -39,7 +39,19 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 
 def command(config: str, out: Path, sets: list[str]) -> list[str]:
-    args = [sys.executable, "-m", "train", "--config", config, "--out", str(out), "--overwrite"]
+    # through bench/cuda_peak.py: the run's CUDA memory peaks end its log
+    peak = str(ROOT / "bench" / "cuda_peak.py")
+    args = [
+        sys.executable,
+        peak,
+        "-m",
+        "train",
+        "--config",
+        config,
+        "--out",
+        str(out),
+        "--overwrite",
+    ]
     for s in sets:
         args += ["--set", s]
     return args
@@ -60,6 +72,14 @@ def last_evaluation(run: Path) -> dict:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     scored = [r for r in records if "psnr" in r]
     return scored[-1] if scored else {}
+
+
+def peak_gib(log: Path) -> float | None:
+    """The peak allocated CUDA memory (GiB) the run's log ends with (bench/cuda_peak.py)."""
+    for line in reversed(log.read_text().splitlines()):
+        if line.startswith("CUDA_PEAK allocated"):
+            return int(line.split()[2]) / 2**30
+    return None
 
 
 def main() -> int:
@@ -102,19 +122,28 @@ def main() -> int:
             running.remove(item)
             name, sets, proc = item
             record = last_evaluation(args.out / name) if proc.returncode == 0 else {}
-            results[name] = {"sets": sets, "returncode": proc.returncode, **record}
+            peak = peak_gib(args.out / f"{name}.log")
+            results[name] = {
+                "sets": sets,
+                "returncode": proc.returncode,
+                "peak_gib": peak,
+                **record,
+            }
             print(f"{name}: exit {proc.returncode}, psnr {record.get('psnr')}", flush=True)
     rows = [
-        "| variant | overrides | step | PSNR | SSIM | background opacity |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| variant | overrides | step | PSNR | SSIM | background opacity | peak GiB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in names:
         r = results[name]
-        cells = [f"{r[k]:.4f}" if isinstance(r.get(k), float) else "-" for k in ("psnr", "ssim")]
-        bg = r.get("background_opacity")
+        cells = [
+            "-" if r.get(k) is None else f"{r[k]:{fmt}}"
+            for k, fmt in (("psnr", ".4f"), ("ssim", ".4f"), ("background_opacity", ".4f"))
+        ]
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
         rows.append(
             f"| {name} | {' '.join(r['sets']) or '-'} | {r.get('step', 'failed')} | "
-            f"{cells[0]} | {cells[1]} | {'-' if bg is None else f'{bg:.4f}'} |"
+            f"{' | '.join(cells)} | {peak} |"
         )
     table = "\n".join(rows)
     print(
