@@ -106,6 +106,21 @@ inline void check_composite_args(const char* op, const at::Tensor& tau, const at
   }
 }
 
+// The backward's incoming gradients: grad_rgb [R, C], grad_depth [R], grad_acc [R], like tau.
+inline void check_composite_grads(const char* op, const at::Tensor& grad_rgb,
+                                  const at::Tensor& grad_depth, const at::Tensor& grad_acc,
+                                  const at::Tensor& tau, int64_t R, int64_t C) {
+  check_like(op, "grad_rgb", grad_rgb, "tau", tau);
+  check_like(op, "grad_depth", grad_depth, "tau", tau);
+  check_like(op, "grad_acc", grad_acc, "tau", tau);
+  TORCH_CHECK(grad_rgb.dim() == 2 && grad_rgb.size(0) == R && grad_rgb.size(1) == C, op,
+              ": grad_rgb: expected shape [", R, ", ", C, "], got ", grad_rgb.sizes());
+  TORCH_CHECK(grad_depth.dim() == 1 && grad_depth.size(0) == R, op,
+              ": grad_depth: expected shape [", R, "], got ", grad_depth.sizes());
+  TORCH_CHECK(grad_acc.dim() == 1 && grad_acc.size(0) == R, op, ": grad_acc: expected shape [", R,
+              "], got ", grad_acc.sizes());
+}
+
 // The background laid out for the kernels: (contiguous rows, stride between rays' rows).
 inline std::pair<at::Tensor, int64_t> background_rows(const std::optional<at::Tensor>& background) {
   if (!background) return {at::Tensor(), 0};

@@ -326,3 +326,24 @@ def test_bad_inputs_name_the_argument():
     for call, error, name in cases:
         with pytest.raises(error, match=name):
             call()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_composite_backward_checks_its_incoming_gradients(device):
+    """The native backward (called directly, as a custom autograd would) names a gradient of
+    the wrong shape or dtype, on both backends."""
+    tau, colors, t, offsets = packed(4, 3, torch.float32, device)
+    n_rays, channels = offsets.shape[0] - 1, colors.shape[1]
+    good = {
+        "grad_rgb": torch.rand(n_rays, channels, device=device),
+        "grad_depth": torch.rand(n_rays, device=device),
+        "grad_acc": torch.rand(n_rays, device=device),
+    }
+    backward = torch.ops.grid.composite_rays_backward
+    grads = backward(*good.values(), tau, colors, t, offsets, None, [True, True, True])
+    assert grads[0].shape == tau.shape and grads[1].shape == colors.shape
+    for name, value in good.items():
+        for bad in (value[:-1], value.double()):
+            args = {**good, name: bad}
+            with pytest.raises(RuntimeError, match=name):
+                backward(*args.values(), tau, colors, t, offsets, None, [True, True, True])

@@ -79,15 +79,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> composite_rays_backward_cuda(
   const char* op = "grid.composite_rays_backward";
   check_composite_args(op, tau, colors, t, offsets, background);
   const int64_t R = offsets.size(0) - 1, S = tau.size(0), C = colors.size(1);
-  check_like(op, "grad_rgb", grad_rgb, "tau", tau);
-  check_like(op, "grad_depth", grad_depth, "tau", tau);
-  check_like(op, "grad_acc", grad_acc, "tau", tau);
-  TORCH_CHECK(grad_rgb.dim() == 2 && grad_rgb.size(0) == R && grad_rgb.size(1) == C, op,
-              ": grad_rgb: expected shape [", R, ", ", C, "], got ", grad_rgb.sizes());
-  TORCH_CHECK(grad_depth.dim() == 1 && grad_depth.size(0) == R, op,
-              ": grad_depth: expected shape [", R, "], got ", grad_depth.sizes());
-  TORCH_CHECK(grad_acc.dim() == 1 && grad_acc.size(0) == R, op, ": grad_acc: expected shape [", R,
-              "], got ", grad_acc.sizes());
+  check_composite_grads(op, grad_rgb, grad_depth, grad_acc, tau, R, C);
   const c10::cuda::CUDAGuard guard(tau.device());
   const auto opts = tau.options();
   // Zeroed: samples outside every ray (padding) get no gradient.
