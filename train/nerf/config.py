@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 #: Values of `nerf.optimizer`.
 OPTIMIZERS = ("adam", "masked_adam")
+#: Values of `nerf.mlp_dtype`.
+MLP_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass
@@ -149,8 +151,10 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         )
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
-    if n.mlp_dtype not in ("float32", "bfloat16"):
-        raise ConfigError(f"nerf.mlp_dtype: expected float32 or bfloat16, got {n.mlp_dtype!r}")
+    if n.mlp_dtype not in MLP_DTYPES:
+        raise ConfigError(
+            f"nerf.mlp_dtype: expected one of {', '.join(MLP_DTYPES)}, got {n.mlp_dtype!r}"
+        )
     if n.renderer not in ("auto", "fused", "torch"):
         raise ConfigError(f"nerf.renderer: expected auto, fused or torch, got {n.renderer!r}")
     for key in ("alpha_init", "occupancy_threshold", "weight_threshold"):

@@ -7,8 +7,9 @@ What it adds to the loop skeleton (`train.loop`):
   generated into `data.path` on first use (`ensure_scene`); every training pixel's ray
   precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
-* loss: MSE of the rendered colour, plus total variation of the density and the optional
-  losses of `train.nerf.losses` (`train.tv_weight`, `nerf.*_weight`);
+* loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density
+  and DirectVoxGO's losses (`train.nerf.losses`: `nerf.sample_color_weight`,
+  `nerf.entropy_weight`);
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
   occupancy grid refreshed every `nerf.occupancy_every` steps;
 * evaluation: mean PSNR and SSIM over the test views (whole images);
