@@ -226,8 +226,7 @@ class VoxelNeRF(nn.Module):
         nn.init.zeros_(self.mlp[-1].bias)
         self.step_ratio = step_ratio
         self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
-        lo, hi = torch.tensor(bounds, dtype=torch.float32)
-        self.final_voxel = ((hi - lo) / (torch.tensor(final) - 1)).prod().item() ** (1 / 3)
+        self.final_voxel = mean_spacing(self.bounds_list, final)
         self.occupancy_threshold = occupancy_threshold
         self.weight_threshold = weight_threshold
         self.occupancy_grid = OccupancyGrid(size, bounds, device=device)
@@ -254,8 +253,7 @@ class VoxelNeRF(nn.Module):
 
     def voxel_size(self) -> float:
         """Geometric mean of the current voxel spacings (world units)."""
-        lo, hi = torch.tensor(self.bounds_list)
-        return ((hi - lo) / (torch.tensor(self.resolution) - 1)).prod().item() ** (1 / 3)
+        return mean_spacing(self.bounds_list, self.resolution)
 
     def step_size(self) -> float:
         """World distance between consecutive samples along a ray."""
@@ -264,8 +262,7 @@ class VoxelNeRF(nn.Module):
     def max_steps(self) -> int:
         """Step positions that cover the box's diagonal (unit directions): the fused
         marcher's bound per ray."""
-        lo, hi = torch.tensor(self.bounds_list, dtype=torch.float64)
-        return math.ceil(float((hi - lo).norm()) / self.step_size()) + 2
+        return math.ceil(math.dist(*self.bounds_list) / self.step_size()) + 2
 
     def interval(self) -> float:
         """The sample step in voxels of the final grid: alpha = 1 - exp(-sigma * interval)."""
@@ -414,6 +411,15 @@ class VoxelNeRF(nn.Module):
             accs.append(out["acc"])
         rgb = torch.cat(rgbs).reshape(*shape, 3)
         return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
+
+
+def mean_spacing(bounds: Sequence[Sequence[float]], resolution: Sequence[int]) -> float:
+    """Geometric mean of the voxel spacings of a `resolution` grid (corners on the faces)
+    over the box `bounds`, in plain floats: called every step, where CPU tensors cost tens
+    of microseconds of host time."""
+    lo, hi = bounds
+    spacings = [(b - a) / (n - 1) for a, b, n in zip(lo, hi, resolution, strict=True)]
+    return math.prod(spacings) ** (1 / 3)
 
 
 def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
