@@ -32,4 +32,4 @@ def sample_color_loss(out: dict[str, Any], target: Tensor) -> Tensor:
 def transmittance_entropy(acc: Tensor) -> Tensor:
     """Mean binary entropy of the transmittance left at each ray's end, 1 - acc [R]."""
     p = (1 - acc).clamp(1e-6, 1 - 1e-6)
-    return -(p * p.log() + (1 - p) * (1 - p).log()).mean()
+    return (torch.special.entr(p) + torch.special.entr(1 - p)).mean()  # entr(x) = -x log x
