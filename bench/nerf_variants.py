@@ -65,7 +65,12 @@ def ensure_scene(config: str, shared: list[str]) -> None:
     from train.nerf.experiment import ensure_scene as ensure
 
     c = load_config(config, shared)
-    ensure(c, select_device(c.device))
+    device = select_device(c.device)
+    ensure(c, device)
+    if device.type == "cuda":  # the runs are other processes: leave them the memory
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def last_evaluation(run: Path) -> dict:
