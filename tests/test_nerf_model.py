@@ -139,3 +139,24 @@ def test_upsample_carries_the_optimiser_on_both_backends():
         opt.zero_grad()
         model.render(origins, directions, torch.ones(3))["rgb"].sum().backward()
         opt.step()  # shapes agree after the upsample
+
+
+@pytest.mark.parametrize("backend", ["native", "grid_sample"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_resized_grids_train_on_after_a_backward(backend, dtype):
+    """Upsample and crop after a backward whose graph is still alive: the next backward
+    gets gradients of the new shape (autograd's cached accumulator is dropped for float64
+    grids too)."""
+    from train.nerf.model import make_grid
+
+    g = make_grid(backend, (5, 6, 7), 2, [[-1, -1, -1], [1, 1, 1]], "cpu").to(dtype)
+    with torch.no_grad():
+        g.features.uniform_(-1, 1, generator=torch.Generator().manual_seed(1))
+    points = torch.rand(50, 3, generator=torch.Generator().manual_seed(0), dtype=dtype) * 2 - 1
+    loss = g(points).square().sum()
+    loss.backward(retain_graph=True)
+    for resize in (lambda: g.upsample((8, 9, 10)), lambda: g.crop([[-0.5] * 3, [0.5] * 3], 6)):
+        resize()
+        g(points).square().sum().backward()
+        assert g.features.grad.shape == g.features.shape
+        assert g.features.grad.abs().max() > 0

@@ -33,7 +33,7 @@ from ..errors import ConfigError, InputFileError, writing
 from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from .losses import auxiliary_losses
-from .model import VoxelNeRF
+from .model import VoxelNeRF, mean_spacing
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
 
@@ -475,12 +475,8 @@ def box_resolution(
 ) -> tuple[int, int, int]:
     """The voxels per axis over `box` for a schedule's `resolution`: as many cells, cubic
     (`nerf.fit_box`)."""
-    extent = [hi - lo for lo, hi in zip(*box, strict=True)]
-    cells = 1.0
-    for r in resolution:
-        cells *= r - 1
-    side = (extent[0] * extent[1] * extent[2] / cells) ** (1 / 3)
-    x, y, z = (max(2, round(e / side) + 1) for e in extent)
+    side = mean_spacing(box, resolution)  # the cells' volume over the box, as a cube's side
+    x, y, z = (max(2, round((hi - lo) / side) + 1) for lo, hi in zip(*box, strict=True))
     return (x, y, z)
 
 

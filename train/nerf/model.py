@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from grid import OccupancyGrid, VoxelGrid, composite, composite_weights, march_rays
 from grid._boxes import check_inside, lattice
+from grid.voxel_grid import _replace_data
 
 from .render import SampleCapacity, positional_encoding, render_fused
 
@@ -96,18 +97,12 @@ class ChannelsFirstGrid(nn.Module):
     def upsample(self, resolution: tuple[int, int, int], optimizer=None) -> None:
         """Trilinear resample to `resolution` (X, Y, Z); Adam moments resampled likewise."""
         x, y, z = resolution
-        param = self.features
 
         def resize(t: Tensor) -> Tensor:
             out = F.interpolate(t, size=(z, y, x), mode="trilinear", align_corners=True)
             return out.contiguous()
 
-        _resize_moments(optimizer, param, resize)
-        new = resize(param.data)
-        # Drop autograd's cached gradient accumulator (see VoxelGrid.upsample).
-        param.data = torch.empty(0, dtype=torch.float64, device=param.device)
-        param.data = new
-        param.grad = None
+        self._resize(resize, optimizer)
 
     @torch.no_grad()
     def crop(self, bounds: Sequence[Sequence[float]], resolution, optimizer=None) -> None:
@@ -121,12 +116,14 @@ class ChannelsFirstGrid(nn.Module):
             out = F.grid_sample(t, coords, align_corners=True, padding_mode="border")
             return out.contiguous()  # [1, F, Z', Y', X']
 
-        _resize_moments(optimizer, self.features, resize)
-        new = resize(self.features.data)
-        self.features.data = torch.empty(0, dtype=torch.float64, device=new.device)
-        self.features.data = new
-        self.features.grad = None
+        self._resize(resize, optimizer)
         self.bounds.copy_(box)
+
+    def _resize(self, resize, optimizer) -> None:
+        """The features and the optimiser's moments through `resize`, in place (the
+        Parameter object stays)."""
+        _resize_moments(optimizer, self.features, resize)
+        _replace_data(self.features, resize(self.features.data))
 
 
 def make_grid(
@@ -378,8 +375,10 @@ class VoxelNeRF(nn.Module):
         alpha = self.alpha(points, self.interval())  # [S]
         weights = composite_weights(alpha, ray_id, n_rays, check_indices=False)  # [S]
         visible = weights > self.weight_threshold
+        chosen = visible.nonzero()[:, 0]  # [S''] the coloured samples: one read-back
+        chosen_ray = ray_id[chosen]
         views = positional_encoding(directions, self.view_frequencies)  # [R, E]
-        colors = self.rgb(points[visible], views[ray_id[visible]])  # [S'', 3]
+        colors = self.rgb(points[chosen], views[chosen_ray])  # [S'', 3]
         rgb, depth, acc = composite(
             weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
         )
@@ -389,8 +388,8 @@ class VoxelNeRF(nn.Module):
             "acc": acc,
             "samples": ray_id.shape[0],
             "sample_rgb": colors,
-            "sample_weight": weights[visible].detach(),
-            "sample_ray": ray_id[visible],
+            "sample_weight": weights[chosen].detach(),
+            "sample_ray": chosen_ray,
         }
 
     @torch.no_grad()
