@@ -32,13 +32,25 @@ import time
 from pathlib import Path
 
 import torch
-from harness import ROOT, Ctx, attempt, fmt_ms, free_memory, timeit, timeit_synced
+from harness import (
+    ROOT,
+    Ctx,
+    attempt,
+    fmt_ms,
+    free_memory,
+    host_times,
+    statistics,
+    timeit,
+    timeit_synced,
+)
 
 import grid
 from train.config import load_config
+from train.distributed import SINGLE
 from train.loop import select_device
 from train.nerf.experiment import NerfExperiment, make_model
 from train.nerf.model import VoxelNeRF
+from train.step_graph import GraphedStep, eager_step
 
 
 def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
@@ -52,6 +64,8 @@ def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
         for name in ("density", "color"):
             f = getattr(native, name).features
             getattr(other, name).features.copy_(f.permute(3, 2, 1, 0)[None])
+            getattr(other, name).bounds.copy_(native.density.bounds)  # a fitted box too
+        other._sync_box(other, None)
         other.mlp.load_state_dict(native.mlp.state_dict())
         other.occupancy_grid.load_flags(native.occupancy.clone())
     return other
@@ -135,6 +149,83 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
         if ours and before:
             row[f"speedup_vs_torch_renderer_{method}"] = before["median"] / ours["median"]
     return row
+
+
+LOOP_MODES = (  # name, overrides: the loop's step as `train` runs it
+    ("native_graph", ["train.cuda_graph=auto"]),
+    ("native", ["train.cuda_graph=off"]),
+    ("grid_sample", ["train.cuda_graph=off"]),
+)
+
+
+def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) -> dict:
+    """N1 loop: the training loop's step (`begin_step`, then the step: captured as CUDA
+    graphs or op by op, train/step_graph.py) on random batches from the checkpoint's step
+    on, occupancy refreshes and buffer measurements included. "back to back": `calls`
+    steps between two synchronisations (the loop's rate, host and GPU overlapping);
+    "synced": one step from an idle GPU to a synchronise."""
+    warm, reps = ctx.warmup[device.type], ctx.reps[device.type]
+    calls = 20
+    row = {"workload": "N1 loop", "state": "trained", "calls": calls}
+    for name, overrides in LOOP_MODES:
+        config = load_config(args.config, ["output.progress=false", *args.set, *overrides])
+        gen = torch.Generator(device=device).manual_seed(args.seed)
+        resolution = None if checkpoint is None else tuple(checkpoint["resolution"])
+        exp = NerfExperiment(config, device, gen, resolution)
+        if checkpoint is not None:
+            exp.model.load_state_dict(checkpoint["model"])
+        if name == "grid_sample":
+            exp.model = to_channels_first(exp.model, config)
+            exp.optimizer = exp.make_optimizer()
+        runner = GraphedStep(exp, SINGLE) if exp.graphed else None
+        at = [0 if checkpoint is None else checkpoint["step"]]
+
+        def step(exp=exp, runner=runner, at=at):
+            exp.begin_step(at[0])
+            runner.step() if runner is not None else eager_step(exp, SINGLE)
+            at[0] += 1
+
+        for _ in range(warm):
+            step()
+        back, error = attempt(lambda step=step: statistics(host_times(step, device, reps, calls)))
+        synced, error2 = attempt(lambda step=step: statistics(host_times(step, device, reps)))
+        row[name] = {"back_to_back": back, "synced": synced, "error": error or error2}
+        if runner is not None:
+            row[name]["captures"], row[name]["eager_steps"] = runner.captures, runner.eager_steps
+        del exp, runner
+        free_memory()
+    for method in ("back_to_back", "synced"):
+        base = row["grid_sample"][method]
+        for name in ("native_graph", "native"):
+            ours = row[name][method]
+            if ours and base:
+                row[f"speedup_{name}_{method}"] = base["median"] / ours["median"]
+    return row
+
+
+def loop_markdown(row: dict) -> list[str]:
+    def ms(name, method):
+        stats = row[name][method]
+        return fmt_ms(stats["median"]) if stats else "ERROR"
+
+    def ratio(name, method):
+        x = row.get(f"speedup_{name}_{method}")
+        return "-" if x is None else f"{x:.2f}x"
+
+    lines = [
+        "",
+        f"N1 loop: the training loop's step, random batches ({row['calls']} steps back to back "
+        "/ one step synchronised), ms per step",
+        "",
+        "| step | back to back ms | vs grid_sample | synced ms | vs grid_sample |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, _ in LOOP_MODES:
+        lines.append(
+            f"| {name} | {ms(name, 'back_to_back')} | {ratio(name, 'back_to_back')} | "
+            f"{ms(name, 'synced')} | {ratio(name, 'synced')} |"
+        )
+    return lines
 
 
 def profile(exp: NerfExperiment, index: torch.Tensor, steps: int = 5) -> None:
@@ -249,7 +340,11 @@ def main(argv=None) -> int:
     if args.profile:
         profile(exp, index)
     rows = [bench_state(ctx, exp, state, index) for state in ("trained", "dense")]
-    table = markdown(rows, meta)
+    del exp
+    free_memory()
+    loop = bench_loop(ctx, args, checkpoint, device)
+    table = "\n".join([markdown(rows, meta), *loop_markdown(loop)])
+    rows.append(loop)
     print(table)
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

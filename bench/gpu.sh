@@ -7,8 +7,8 @@
 # probes (bench/probes/<name>_probe.py) run after the benchmark (default gather; PROBES= runs
 # none).
 #   bash bench/gpu.sh nerf [extra --set KEY=VALUE for both runs and N1...]
-# `nerf`: configs/nerf_scene_gpu.toml trained with both backends (the scene
-# is generated on the GPU first), and N1 (bench/bench_nerf.py, with the same --set) on the
+# `nerf`: configs/nerf_scene_gpu.toml (NERF_CONFIG) trained with both backends (NERF_BACKENDS;
+# the scene is generated on the GPU first), and N1 (bench/bench_nerf.py, with the same --set) on the
 # native run's final checkpoint. Writes to $OUT: nerf.log (all output), nerf_runs.json (both summaries and
 # metrics), bench_nerf.json/.md and the native run's test_views.png, curves.png, turntable.gif.
 #   bash bench/gpu.sh dvgo [extra bench_dvgo.py arguments, e.g. --ours-steps N --set K=V...]
@@ -125,18 +125,19 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
 fi
 if [ "$what" = nerf ]; then
   runs=${NERF_RUNS:-/tmp/nerf_runs}
+  nerf_config=${NERF_CONFIG:-configs/nerf_scene_gpu.toml}
   rm -rf "$runs"
   : >"$OUT/nerf.log"
   {
     backends=${NERF_BACKENDS:-native grid_sample}
     for backend in $backends; do
       pictures=$([ "$backend" = native ] && echo true || echo false)
-      python3 -m train --config configs/nerf_scene_gpu.toml --out "$runs/$backend" \
+      python3 -m train --config "$nerf_config" --out "$runs/$backend" \
         --set grid.backend=$backend --set output.pictures=$pictures --set output.progress=false \
         "$@" >"$runs.$backend.json" || status=1
       tail -n 4 "$runs/$backend/metrics.jsonl" 2>/dev/null | cut -c1-300
     done
-    python3 bench/bench_nerf.py --config configs/nerf_scene_gpu.toml \
+    python3 bench/bench_nerf.py --config "$nerf_config" \
       --checkpoint "$runs/native/checkpoint.pt" --json "$OUT/bench_nerf.json" \
       ${NERF_PROFILE:+--profile} "$@" || status=1
   } >"$OUT/nerf.log" 2>&1

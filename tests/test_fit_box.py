@@ -13,7 +13,8 @@ from grid import OccupancyGrid, VoxelGrid
 from grid._boxes import lattice
 from train.__main__ import main
 from train.config import ConfigError, load_config
-from train.nerf.experiment import background_errors, background_metrics, box_resolution
+from train.nerf.evaluation import background_errors, background_metrics
+from train.nerf.fit_box import box_resolution
 from train.nerf.model import VoxelNeRF
 
 from .test_nerf import args_for, scene  # noqa: F401  (its scene fixture)

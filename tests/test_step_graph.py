@@ -45,11 +45,9 @@ def test_on_without_cuda_stops_before_training_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
-def test_bad_values_and_nerf_are_refused():
+def test_bad_values_are_refused():  # nerf configs that cannot: tests/test_nerf_graph.py
     with pytest.raises(ConfigError, match="train.cuda_graph"):
         load_config(None, ["train.cuda_graph=yes"])
-    with pytest.raises(ConfigError, match="train.cuda_graph: the nerf experiment"):
-        load_config(None, ["experiment=nerf", "train.cuda_graph=on"])
 
 
 def test_a_cpu_run_says_its_steps_were_eager(tmp_path):

@@ -107,9 +107,10 @@ class TrainConfig:
         "resample",
     )
     cuda_graph: str = doc(
-        "field, sdf: `auto` (steps captured as CUDA graphs on a CUDA device: one launch per "
-        "step, re-captured at each upsample), `on` (the same, an error off CUDA) or `off` "
-        "(op by op). nerf steps are always op by op (`on` is an error there).",
+        "`auto` (steps captured as CUDA graphs on a CUDA device: one launch per step, "
+        "re-captured at each upsample; nerf: with the fused renderer and `adam`, the steps "
+        "that measure the render's buffer sizes op by op), `on` (the same, an error off CUDA "
+        "or for a nerf config that cannot) or `off` (op by op).",
         "auto",
     )
 

@@ -50,19 +50,21 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
             group["lr"] = value
 
 
-def fit_optimizer(optimizer: torch.optim.Adam, graphed: bool) -> None:
+def fit_optimizer(optimizer: torch.optim.Adam, graphed: bool, fused: bool = False) -> None:
     """Give a loaded Adam the flags, learning-rate type and step counters of the optimiser
     `make_optimizer(..., graphed)` builds (`load_state_dict` takes them from the saved
-    groups): a checkpoint resumes in either mode, on either device."""
+    groups), fused also when not graphed if `fused`: a checkpoint resumes in either mode,
+    on either device."""
+    fused = graphed or fused
     for group in optimizer.param_groups:
         device = group["params"][0].device
         lr = float(group["lr"])
         group["lr"] = torch.tensor(lr, dtype=torch.float32, device=device) if graphed else lr
-        group["capturable"], group["fused"], group["foreach"] = graphed, graphed or None, None
+        group["capturable"], group["fused"], group["foreach"] = graphed, fused or None, None
         for p in group["params"]:
             state = optimizer.state.get(p, {})
-            if isinstance(state.get("step"), Tensor):  # float32: on the device when graphed
-                where = device if graphed else torch.device("cpu")
+            if isinstance(state.get("step"), Tensor):  # float32: on the device when fused
+                where = device if fused else torch.device("cpu")
                 state["step"] = state["step"].to(dtype=torch.float32, device=where)
 
 

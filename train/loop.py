@@ -228,6 +228,8 @@ def _train(
             load_state(out, checkpoint, exp, gen)
             if isinstance(exp, GridSchedule):  # either step mode resumes any checkpoint
                 fit_optimizer(exp.optimizer, exp.graphed)
+            elif hasattr(exp, "fit_optimizer"):
+                exp.fit_optimizer()
     except ConfigError as caught:
         if distributed.is_agreed(caught):
             raise

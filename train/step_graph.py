@@ -18,10 +18,14 @@ eager in between.
 
 What a captured step needs from an experiment (`graphed = True`, set from `use_graphs`):
 its `loss()` synchronises with the host nowhere (no `.item()`, `.tolist()`, data-dependent
-shapes), draws its random numbers from the generator `gen`, and its optimiser comes from
-`grid_schedule.make_optimizer(..., graphed=True)` (fused Adam, `capturable=True`, the
-learning rate a device tensor). The field and sdf experiments do; nerf's ray sampling has
-data-dependent sizes, so its steps stay eager.
+shapes), draws its random numbers from the generator `gen`, and its optimiser is fused Adam
+with `capturable=True` and device-tensor learning rates that `begin_step` fills in place
+(`grid_schedule.make_optimizer(..., graphed=True)` builds one). The field and sdf
+experiments do. An experiment whose steps are capturable only sometimes says so with
+`graph_key()`: None runs this step op by op on the current stream (the nerf step whose
+render measures its buffer sizes, reading counts back); otherwise a tuple naming what else
+the graph depends on (the nerf buffers' sizes, the ray pool), part of `_key`. Its
+`replayed()`, if any, does after a replay the host bookkeeping the skipped Python did.
 """
 
 from __future__ import annotations
@@ -90,16 +94,22 @@ class GraphedStep:
         self.value: Tensor | None = None  # the captured step's batch value
         self.warmup = 0  # eager steps left before the capture
         self.captures = 0  # graphs captured so far (one per resolution)
+        self.eager_steps = 0  # steps `graph_key` sent op by op
 
     def step(self) -> Tensor:
-        key = self._key()
+        graph_key = getattr(self.exp, "graph_key", None)
+        extra = () if graph_key is None else graph_key()
+        if extra is None:  # this step synchronises: op by op (the graph is kept)
+            self.eager_steps += 1
+            return eager_step(self.exp, self.world)
+        key = self._key(extra)
         if key != self.key:
             self.release()
             self.key, self.warmup = key, WARMUP
         if self.warmup:
             self.warmup -= 1
             value = self._on_side_stream(lambda: eager_step(self.exp, self.world))
-            self.key = self._key()  # a first step creates Adam's state
+            self.key = self._key(extra)  # a first step creates Adam's state
             return value
         if not self.graphs:
             self._capture()
@@ -107,12 +117,16 @@ class GraphedStep:
         if len(self.graphs) == 2:
             self.world.average_gradients(parameters(self.exp))
             self.graphs[1].replay()
+        replayed = getattr(self.exp, "replayed", None)
+        if replayed is not None:
+            replayed()
         return self.value
 
-    def _key(self) -> tuple:
+    def _key(self, extra: tuple) -> tuple:
         """The optimiser and the addresses of the tensors a captured step reads and writes
-        in place: the parameters, their optimiser state and the learning rate. An upsample
-        (or `upsample_moments = "reset"`, or a load) changes them; the graph must follow."""
+        in place: the parameters, their optimiser state and the learning rate; and what the
+        experiment's `graph_key` adds. An upsample (or `upsample_moments = "reset"`, or a
+        load) changes them; the graph must follow."""
         optimizer = self.exp.optimizer
         addresses = []
         for group in optimizer.param_groups:
@@ -122,7 +136,7 @@ class GraphedStep:
                 state = optimizer.state.get(p, {})
                 addresses.append(p.data_ptr())
                 addresses += [t.data_ptr() for t in state.values() if isinstance(t, Tensor)]
-        return (optimizer, tuple(addresses))
+        return (optimizer, tuple(addresses), extra)
 
     def release(self) -> None:
         """Drop the graphs (their memory pool goes once nothing holds its tensors)."""

@@ -174,10 +174,11 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(
             "train.upsample_moments: the nerf experiment supports 'resample' and 'reset'"
         )
-    if c.train.cuda_graph == "on":
+    problem = graph_problem(c)
+    if c.train.cuda_graph == "on" and problem:
         raise ConfigError(
-            "train.cuda_graph: the nerf experiment's steps cannot be captured as CUDA graphs "
-            "(ray sampling gives data-dependent sizes); use 'auto' or 'off' (op by op)"
+            f"train.cuda_graph: 'on', but this nerf config's steps cannot be captured as CUDA "
+            f"graphs: {problem}; use 'auto' (op by op here) or 'off'"
         )
     if c.output.picture_views < 1:
         raise ConfigError(
@@ -191,6 +192,24 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.init: 'points' is for the sdf experiment only")
     if c.grid.interpolation == "smoothstep":
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
+
+
+def graph_problem(c: Config) -> str | None:
+    """Why the steps of this nerf config cannot be captured as CUDA graphs, or None: the
+    fused renderer plans its buffers (fixed shapes between measurements), the torch one
+    reads the sample counts back every step; MaskedAdam counts its steps on the host."""
+    n = c.nerf
+    renderer = n.renderer
+    if renderer == "auto":
+        renderer = "fused" if c.grid.backend == "native" else "torch"
+    if renderer != "fused":
+        return (
+            f"the {renderer} renderer reads the sample counts back every step (the fused "
+            f"one, grid.backend = 'native', does not)"
+        )
+    if n.optimizer != "adam":
+        return f"nerf.optimizer = '{n.optimizer}' counts its steps on the host (use 'adam')"
+    return None
 
 
 #: Bytes per training pixel: its colour (12) in the loaded images and again on the

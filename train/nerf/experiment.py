@@ -25,15 +25,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from grid import MaskedAdam, ray_aabb
+from grid import MaskedAdam
 
 from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, InputFileError, writing
+from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
 from ..schema import as_resolution
+from ..step_graph import use_graphs
+from .config import graph_problem
+from .evaluation import background_errors, background_metrics, seconds_to
+from .fit_box import box_resolution, crossing_rays, surface_box
 from .losses import auxiliary_losses
-from .model import VoxelNeRF, mean_spacing
+from .model import VoxelNeRF
+from .render import capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
 
@@ -146,6 +152,7 @@ class NerfExperiment:
         c = self.config = config
         self.device, self.gen, self.world = device, gen, world
         self.rows = world.share(c.train.batch_size)  # this rank's rays of every batch
+        self.batch_rows = self.rows.stop - self.rows.start
         d = c.data
         self.path = ensure_scene_once(c, device, world)
         self.background = torch.tensor(d.background, dtype=torch.float32, device=device)
@@ -185,6 +192,8 @@ class NerfExperiment:
             backend=c.grid.backend,
             device=device,
         )
+        # steps as CUDA graph replays (train/step_graph.py): the fused renderer, Adam
+        self.graphed = use_graphs(c, device) and graph_problem(c) is None
         self.optimizer = self.make_optimizer()
         self.occupied = 1.0
         self.samples = 0  # samples that reached the density grid in the last step
@@ -205,8 +214,17 @@ class NerfExperiment:
         if n.optimizer == "masked_adam":  # the grids masked, the MLP's dense gradient as Adam
             groups[2]["skip_zero_grad"] = False
             return MaskedAdam(groups, betas=betas)
+        if self.graphed:  # device learning rates, filled in place by begin_step
+            for group in groups:
+                group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device=self.device)
         fused = self.device.type == "cuda"
-        return torch.optim.Adam(groups, betas=betas, fused=fused)
+        return torch.optim.Adam(groups, betas=betas, fused=fused, capturable=self.graphed)
+
+    def fit_optimizer(self) -> None:
+        """After a checkpoint's optimiser state is loaded: Adam as `make_optimizer` makes it
+        here (a captured run's checkpoint resumes op by op, and the other way round)."""
+        if isinstance(self.optimizer, torch.optim.Adam):
+            fit_optimizer(self.optimizer, self.graphed, fused=self.device.type == "cuda")
 
     def decay(self, step: int) -> float:
         return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
@@ -218,7 +236,10 @@ class NerfExperiment:
     def begin_step(self, step: int) -> None:
         factor = self.decay(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = group["base_lr"] * factor
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(group["base_lr"] * factor)
+            else:
+                group["lr"] = group["base_lr"] * factor
         n = self.config.nerf
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             self.occupied = self.model.update_occupancy()
@@ -241,34 +262,11 @@ class NerfExperiment:
         if reset:
             self.optimizer = self.make_optimizer()
 
-    @torch.no_grad()
     def surface_box(self, margin: float, rays: int = 65536) -> list[list[float]] | None:
-        """The box around the points where `rays` random training rays of the object end:
-        rays whose pixel is not the background colour (by more than 0.02 on a channel), with
-        opacity > 0.5; the 0.01% extremes on each side of each axis trimmed (floaters). Rays
-        of background pixels are left out: far from the object, where every view sees only
-        the background, the grid may hold fog of the background's colour, and they end
-        there. Widened by `margin` voxels and kept inside the grid's box; None when fewer
-        than 100 rays end."""
-        m = self.model
+        """`fit_box.surface_box` of `rays` random training rays."""
         index = torch.randint(self.colors.shape[0], (rays,), generator=self.gen, device=self.device)
-        index = index[(self.colors[index] - self.background).abs().amax(-1) > 0.02]
-        ends = []
-        for chunk in index.split(8192):
-            o, d = self.rays_o[chunk], self.rays_d[chunk]
-            out = m.render(o, d, self.background, exact=True)
-            acc, depth = out["acc"], out["depth"]
-            hit = acc > 0.5
-            ends.append(o[hit] + d[hit] * (depth[hit] / acc[hit])[:, None])
-        points = torch.cat(ends).double()  # [K, 3]
-        if points.shape[0] < 100:
-            return None
-        lo, hi = torch.tensor(m.bounds_list, dtype=torch.float64, device=points.device)
-        spacing = (hi - lo) / (torch.tensor(m.resolution, device=points.device) - 1)
-        first = torch.quantile(points, 1e-4, dim=0) - margin * spacing
-        last = torch.quantile(points, 1 - 1e-4, dim=0) + margin * spacing
-        first, last = first.maximum(lo), last.minimum(hi)
-        return None if bool((last <= first).any()) else [first.tolist(), last.tolist()]
+        rays_ = (self.rays_o[index], self.rays_d[index], self.colors[index])
+        return surface_box(self.model, *rays_, self.background, margin)
 
     def agree_box(self, box: list[list[float]] | None) -> list[list[float]] | None:
         """The ranks' boxes averaged (None if any rank has none), so that rounding cannot
@@ -295,12 +293,7 @@ class NerfExperiment:
         self.pool, self.pool_box = None, box
         if not self.box_fitted():
             return None
-        lo, hi = box
-        crossing = []
-        for o, d in zip(self.rays_o.split(1 << 20), self.rays_d.split(1 << 20), strict=True):
-            t_near, t_far = ray_aabb(o, d, lo, hi)
-            crossing.append(t_far > t_near)
-        pool = torch.cat(crossing).nonzero()[:, 0]
+        pool = crossing_rays(self.rays_o, self.rays_d, box)
         self.pool = pool if pool.shape[0] > 0 else None
         return self.pool
 
@@ -327,6 +320,25 @@ class NerfExperiment:
         if c.train.tv_weight:
             loss = loss + c.train.tv_weight * self.model.total_variation()
         return loss, mse
+
+    def graph_key(self) -> tuple | None:
+        """For a captured step (train/step_graph.py): None when this step's render measures
+        its buffers (it reads counts back: op by op), else what the graph depends on beyond
+        the parameters, i.e. the planned buffer sizes and the tensors it reads."""
+        m = self.model
+        sizes = m.capacity.peek(capacity_key(m, self.rays_o.dtype), self.batch_rows)
+        if sizes is None:
+            return None
+        pool = self.ray_pool()
+        occ = m.occupancy_grid
+        pool_at = 0 if pool is None else pool.data_ptr()
+        where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at)
+        return (sizes, where, tuple(map(tuple, m.bounds_list)))
+
+    def replayed(self) -> None:
+        """A replay rendered once: count it as the skipped `render` would have."""
+        m = self.model
+        m.capacity.sizes(capacity_key(m, self.rays_o.dtype), self.batch_rows)
 
     def progress(self, value: float) -> dict[str, str]:
         """The batch MSE and its PSNR, for the progress bar."""
@@ -460,36 +472,3 @@ class NerfExperiment:
         from .pictures import write_pictures
 
         write_pictures(out, self, records, summary)
-
-
-def seconds_to(records: list[dict], level: float) -> float | None:
-    """Training seconds at the first evaluation whose test PSNR reached `level` (None: never)."""
-    for record in records:
-        if record["psnr"] >= level:
-            return record["train_seconds"]
-    return None
-
-
-def box_resolution(
-    resolution: tuple[int, int, int], box: list[list[float]]
-) -> tuple[int, int, int]:
-    """The voxels per axis over `box` for a schedule's `resolution`: as many cells, cubic
-    (`nerf.fit_box`)."""
-    side = mean_spacing(box, resolution)  # the cells' volume over the box, as a cube's side
-    x, y, z = (max(2, round((hi - lo) / side) + 1) for lo, hi in zip(*box, strict=True))
-    return (x, y, z)
-
-
-def background_errors(error: Tensor, acc: Tensor, background: Tensor) -> Tensor:
-    """Over one view's background pixels: (sum of squared colour error, sum of opacity,
-    pixel count), [3] float64 (error [H, W, 3], acc and background [H, W])."""
-    mask = background.to(error.dtype)
-    return torch.stack([(error.sum(-1) * mask).sum() / 3, (acc.double() * mask).sum(), mask.sum()])
-
-
-def background_metrics(squared: float, opacity: float, pixels: float) -> dict[str, Any]:
-    """Floaters: the test views' background pixels' colour MSE and mean rendered opacity
-    (None without alpha in the test images)."""
-    if pixels == 0:
-        return {"background_mse": None, "background_opacity": None}
-    return {"background_mse": squared / pixels, "background_opacity": opacity / pixels}

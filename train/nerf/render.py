@@ -26,9 +26,12 @@ class SampleCapacity:
     the next `every` renders of the same state use `margin` times that, rounded up to
     `granule` slots, and read nothing back. The state is the occupancy grid's flags (a
     refresh or an upsample changes them), the weight threshold and the rays' dtype: any
-    change makes the next render exact. Samples that do not fit (the far ends of the last
-    rays of a batch, or the last samples to colour) are dropped and counted on the device in
-    `dropped`, which a caller reads when it logs.
+    change makes the next render exact. A new plan that is at most the current one and at
+    least `keep` times it keeps the current sizes, so that a training step captured as a
+    CUDA graph (whose buffers have fixed sizes) is replayed rather than captured again after
+    every measurement. Samples that do not fit (the far ends of the last rays of a batch, or
+    the last samples to colour) are dropped and counted on the device in `dropped`, which a
+    caller reads when it logs.
 
     On the CPU, reading a count costs nothing, so `mode="auto"` renders exactly there.
     """
@@ -36,26 +39,45 @@ class SampleCapacity:
     margin = 1.05
     every = 64
     granule = 1024
+    keep = 0.8
 
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.per_ray: tuple[float, float] = (0.0, 0.0)  # samples, coloured samples
+        self.planned: tuple[int, int, int] | None = None  # rays, sample slots, colour slots
         self.renders = 0
-        self.dropped: Tensor | None = None  # [] int64 on the device
+        self.dropped: Tensor | None = None  # [] int64 on the device, added to in place
 
     def sizes(self, key: tuple, n_rays: int) -> tuple[int, int] | None:
-        """(sample slots, colour slots) for a render of `n_rays` rays, or None: exact."""
+        """(sample slots, colour slots) for a render of `n_rays` rays, or None: exact.
+        Counts the render (`every`)."""
+        plan = self.peek(key, n_rays)
+        if plan is not None:
+            self.renders += 1
+        return plan
+
+    def peek(self, key: tuple, n_rays: int) -> tuple[int, int] | None:
+        """What `sizes` would return, without counting a render."""
         if key != self.key or self.renders >= self.every:
             return None
-        self.renders += 1
-        return tuple(self._slots(per * n_rays) for per in self.per_ray)
+        want = tuple(self._slots(per * n_rays) for per in self.per_ray)
+        if self.planned is not None and self.planned[0] == n_rays:
+            old = self.planned[1:]
+            if all(self.keep * o <= w <= o for w, o in zip(want, old, strict=True)):
+                return old
+        self.planned = (n_rays, *want)
+        return want
 
-    def measured(self, key: tuple, samples: int, coloured: int, n_rays: int) -> None:
+    def measured(
+        self, key: tuple, samples: int, coloured: int, n_rays: int, device: torch.device
+    ) -> None:
         self.key, self.renders = key, 0
         self.per_ray = (samples / max(n_rays, 1), coloured / max(n_rays, 1))
+        if self.dropped is None:  # made here, never inside a captured step (which would
+            self.dropped = torch.zeros((), dtype=torch.int64, device=device)  # re-zero it)
 
     def count_dropped(self, lost: Tensor) -> None:
-        self.dropped = lost if self.dropped is None else self.dropped + lost
+        self.dropped.add_(lost)
 
     def _slots(self, count: float) -> int:
         g = self.granule
@@ -75,6 +97,14 @@ def compact(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
     return out[:size], count
 
 
+def capacity_key(model, dtype: torch.dtype) -> tuple:
+    """The state a `SampleCapacity` plan holds for: the occupancy flags (the tensor and its
+    version: an upsample replaces it, a refresh updates it), the weight threshold, the rays'
+    dtype."""
+    flags = model.occupancy_grid.flags
+    return (flags.data_ptr(), flags._version, model.weight_threshold, dtype)
+
+
 def render_fused(
     model, origins: Tensor, directions: Tensor, background: Tensor, near: float, exact: bool
 ) -> dict[str, Tensor | int]:
@@ -83,8 +113,7 @@ def render_fused(
     n_rays = origins.shape[0]
     occ, capacity = model.occupancy_grid, model.capacity
     lo, hi = occ.bounds  # [3] each, on the device
-    flags = occ.flags
-    key = (flags.data_ptr(), flags._version, model.weight_threshold, origins.dtype)
+    key = capacity_key(model, origins.dtype)
     sizes = None if exact else capacity.sizes(key, n_rays)
     samples = grid.march_rays_static(
         origins,
@@ -105,7 +134,7 @@ def render_fused(
     if sizes is None:
         chosen = visible.nonzero()[:, 0]  # [V] reads the count back
         if not exact:
-            capacity.measured(key, slots, chosen.shape[0], n_rays)
+            capacity.measured(key, slots, chosen.shape[0], n_rays, origins.device)
         count = slots
     else:
         chosen, coloured = compact(visible, sizes[1])  # [colour slots], padding: slots
