@@ -63,11 +63,14 @@ def parameters(exp: Any) -> list[Tensor]:
 
 
 def forward_backward(exp: Any) -> Tensor:
-    """Loss and backward (the gradients replace the old ones); returns the batch value."""
+    """Loss and backward (the gradients replace the old ones); returns the batch value,
+    detached: a value still holding the step's autograd graph would keep the parameters'
+    gradient accumulators alive into the next step, whose capture on another stream then
+    fails."""
     loss, value = exp.loss()
     exp.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    return value
+    return value.detach()
 
 
 def eager_step(exp: Any, world: World) -> Tensor:
@@ -88,7 +91,7 @@ class GraphedStep:
 
     def __init__(self, exp: Any, world: World) -> None:
         self.exp, self.world = exp, world
-        self.stream = torch.cuda.Stream(device=exp.model.features.device)
+        self.stream = torch.cuda.Stream(device=parameters(exp)[0].device)
         self.key: tuple | None = None  # what the graphs read and write (see `_key`)
         self.graphs: list[torch.cuda.CUDAGraph] = []
         self.value: Tensor | None = None  # the captured step's batch value
