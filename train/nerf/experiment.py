@@ -265,8 +265,8 @@ class NerfExperiment:
     def surface_box(self, margin: float, rays: int = 65536) -> list[list[float]] | None:
         """`fit_box.surface_box` of `rays` random training rays."""
         index = torch.randint(self.colors.shape[0], (rays,), generator=self.gen, device=self.device)
-        rays_ = (self.rays_o[index], self.rays_d[index], self.colors[index])
-        return surface_box(self.model, *rays_, self.background, margin)
+        o, d, colors = self.rays_o[index], self.rays_d[index], self.colors[index]
+        return surface_box(self.model, o, d, colors, self.background, margin)
 
     def agree_box(self, box: list[list[float]] | None) -> list[list[float]] | None:
         """The ranks' boxes averaged (None if any rank has none), so that rounding cannot
