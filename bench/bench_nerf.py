@@ -20,10 +20,10 @@ Then "N1 loop": the training loop's own step (`begin_step`, then the step: captu
 graphs, op by op, and op by op on grid_sample), random batches, losses, occupancy refreshes
 and buffer measurements included, timed 20 steps back to back and one step synchronised.
 
-Two timing methods for the N1 rows, both medians (bench/harness.py): "queued" is `timeit` (CUDA events around
-work enqueued behind a GPU sleep; the step synchronises inside, at the packed-sample counts,
-so it cannot run ahead far) and "synced" is `timeit_synced`, a per-step loop that
-synchronises after every step and reads the host clock. JSON and a markdown table go next to --json.
+Two timing methods for the N1 rows, both medians (bench/harness.py): "queued" is `timeit`
+(CUDA events around work enqueued behind a GPU sleep: the kernels back to back) and "synced"
+is `timeit_synced`, a per-step loop that synchronises after every step and reads the host
+clock. JSON and a markdown table go next to --json.
 """
 
 from __future__ import annotations
