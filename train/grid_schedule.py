@@ -81,6 +81,10 @@ class GridSchedule:
 
     graphed: bool = False  # steps captured as CUDA graphs (set by train/step_graph.py)
 
+    def fit_optimizer(self) -> None:
+        """After a checkpoint's optimiser state is loaded: Adam as this step mode makes it."""
+        fit_optimizer(self.optimizer, self.graphed)
+
     def begin_step(self, step: int) -> None:
         set_learning_rate(self.optimizer, self.step_learning_rate(step))
 

@@ -46,7 +46,6 @@ from .config import Config, as_resolution, to_dict, to_toml
 from .dependencies import check_dependencies
 from .distributed import World
 from .errors import ConfigError, OutputFileError, writing
-from .grid_schedule import GridSchedule, fit_optimizer
 from .interrupt import Interrupted, StopCheck, StopSignals
 from .metrics import LaggedValues, MetricsLog
 from .rundir import check_run_dir, prepare_run_dir
@@ -226,9 +225,7 @@ def _train(
         model = progress.model = exp.model
         if checkpoint is not None:
             load_state(out, checkpoint, exp, gen)
-            if isinstance(exp, GridSchedule):  # either step mode resumes any checkpoint
-                fit_optimizer(exp.optimizer, exp.graphed)
-            elif hasattr(exp, "fit_optimizer"):
+            if hasattr(exp, "fit_optimizer"):  # either step mode resumes any checkpoint
                 exp.fit_optimizer()
     except ConfigError as caught:
         if distributed.is_agreed(caught):

@@ -337,8 +337,7 @@ class NerfExperiment:
 
     def replayed(self) -> None:
         """A replay rendered once: count it as the skipped `render` would have."""
-        m = self.model
-        m.capacity.sizes(capacity_key(m, self.rays_o.dtype), self.batch_rows)
+        self.model.capacity.count_render()
 
     def progress(self, value: float) -> dict[str, str]:
         """The batch MSE and its PSNR, for the progress bar."""

@@ -53,11 +53,15 @@ class SampleCapacity:
         Counts the render (`every`)."""
         plan = self.peek(key, n_rays)
         if plan is not None:
-            self.renders += 1
+            self.count_render()
         return plan
 
+    def count_render(self) -> None:
+        """One planned render more (a CUDA graph's replay renders without calling `sizes`)."""
+        self.renders += 1
+
     def peek(self, key: tuple, n_rays: int) -> tuple[int, int] | None:
-        """What `sizes` would return, without counting a render."""
+        """What `sizes` would return (the plan it keeps), without counting a render."""
         if key != self.key or self.renders >= self.every:
             return None
         want = tuple(self._slots(per * n_rays) for per in self.per_ray)
