@@ -238,3 +238,50 @@ def test_graph_runs_resume_and_match_eager_runs(tmp_path, stop_at):
     a, b = final_state(whole), final_state(split)
     torch.testing.assert_close(a["model"]["features"], b["model"]["features"], rtol=1e-4, atol=1e-6)
     assert torch.equal(a["generator"], b["generator"])
+
+
+class NegatingWorld:
+    """Stands in for two ranks (`GraphedStep` then keeps the averaging between its two
+    graphs) whose averaging negates the gradients: what the second graph's Adam steps with
+    must be what the averaging made, whatever it made."""
+
+    size = 2
+
+    def average_gradients(self, params):
+        for p in params:
+            p.grad.neg_()
+
+
+@needs_cuda
+def test_captured_two_rank_steps_average_the_captured_gradients_after_op_by_op_steps():
+    """Op-by-op steps between replays (the NeRF's measuring steps: `graph_key` None) give the
+    parameters new `.grad` tensors; the averaging between the graphs must still act on the
+    ones the graphs write and read. Before, it averaged the stale op-by-op gradients and
+    each rank stepped with its own gradient (two GPUs: 34.1 against 35.1 dB)."""
+    config = field_config()
+    world = NegatingWorld()
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = []
+        for captured in (False, True):
+            gen = torch.Generator(device=CUDA).manual_seed(config.seed)
+            exp = make_experiment(config, CUDA, gen, None)
+            runner = GraphedStep(exp, world) if captured else None
+            step_now = [0]
+            exp.graph_key = lambda: None if step_now[0] in (5, 8, 9) else ()
+            start = exp.model.features.detach().clone()
+            for step in range(12):
+                step_now[0] = step
+                exp.begin_step(step)
+                runner.step() if runner else eager_step(exp, world)
+            torch.cuda.synchronize()
+            runs.append((exp, runner, start))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    (eager, _, start), (graph, runner, _) = runs
+    assert runner.captures == 1 and runner.eager_steps == 3 and len(runner.graphs) == 2
+    assert not torch.equal(eager.model.features, start)  # it trained
+    assert torch.equal(eager.model.features, graph.model.features)
+    sa, sb = (e.optimizer.state[e.model.features] for e in (eager, graph))
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(sa[key], sb[key])

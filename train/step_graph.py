@@ -14,7 +14,11 @@ resume work unchanged). Per grid resolution (and per optimiser object: `upsample
 Adam's state), then captures the step once and replays it; an upsample moves the tensors
 the graph reads (`_key`), which releases it, and the cycle starts again. Under torchrun the
 all-reduce stays outside: one graph for the loss and backward, one for Adam, the averaging
-eager in between.
+eager in between. The averaging must act on the gradient tensors the graphs captured: an
+op-by-op step since the capture (`graph_key` None) gave the parameters new `.grad` tensors,
+so every replay points `.grad` back at the captured ones first. (Without that, the replays
+after such a step averaged the op-by-op step's stale gradients, each rank's Adam stepped
+with its own share's gradient and the ranks drifted apart: -1 dB on the NeRF.)
 
 What a captured step needs from an experiment (`graphed = True`, set from `use_graphs`):
 its `loss()` synchronises with the host nowhere (no `.item()`, `.tolist()`, data-dependent
@@ -95,6 +99,7 @@ class GraphedStep:
         self.key: tuple | None = None  # what the graphs read and write (see `_key`)
         self.graphs: list[torch.cuda.CUDAGraph] = []
         self.value: Tensor | None = None  # the captured step's batch value
+        self.grads: list[Tensor | None] = []  # the gradients the first graph writes
         self.warmup = 0  # eager steps left before the capture
         self.captures = 0  # graphs captured so far (one per resolution)
         self.eager_steps = 0  # steps `graph_key` sent op by op
@@ -118,7 +123,10 @@ class GraphedStep:
             self._capture()
         self.graphs[0].replay()
         if len(self.graphs) == 2:
-            self.world.average_gradients(parameters(self.exp))
+            params = parameters(self.exp)
+            for p, grad in zip(params, self.grads, strict=True):
+                p.grad = grad  # what the second graph's Adam reads
+            self.world.average_gradients(params)
             self.graphs[1].replay()
         replayed = getattr(self.exp, "replayed", None)
         if replayed is not None:
@@ -143,7 +151,7 @@ class GraphedStep:
 
     def release(self) -> None:
         """Drop the graphs (their memory pool goes once nothing holds its tensors)."""
-        self.graphs, self.value = [], None
+        self.graphs, self.value, self.grads = [], None, []
 
     def _on_side_stream(self, fn):
         main = torch.cuda.current_stream(self.stream.device)
@@ -168,6 +176,7 @@ class GraphedStep:
                 if together:
                     exp.optimizer.step()
             self.graphs = [first]
+            self.grads = [p.grad for p in parameters(exp)]
             if not together:  # the gradient averaging stays eager, between the two graphs
                 second = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(
