@@ -41,11 +41,22 @@ def sources(with_cuda: bool) -> list[str]:
 
 # -fno-math-errno (as torch's own build): math functions need not set errno, so that loops
 # with a square root (csrc/cpu/masked_adam.cpp) vectorise; no result changes.
-CXX_FLAGS = ["-O3", "-fno-math-errno"]
+# -ffp-contract=off: a point's cell is located in two places (csrc/cpu/corner_scatter.h routes
+# points to bands, then each band locates them again); where the compiler may fuse a multiply
+# and an add (aarch64), both must round alike.
+CXX_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unknown-pragmas"]
 NVCC_FLAGS = ["-O3", "-lineinfo"]
 # Share torch's C++ runtime: a toolchain whose search path holds only libstdc++.a would
 # otherwise embed a second copy, and formatting any error message then crashes.
 LINK_FLAGS = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
+# OpenMP as torch itself uses it: at::parallel_for (ATen/ParallelOpenMP.h, inlined into our
+# kernels) parallelises only when compiled with _OPENMP; without it every CPU op ran on one
+# thread. Linux wheels of torch ship GNU OpenMP as libgomp.so.1 and load it before grid._C;
+# ours needs the same soname, so the loader reuses torch's copy (one runtime, one thread pool,
+# torch.set_num_threads governs both). tests/test_layout.py checks both.
+if sys.platform.startswith("linux") and torch.backends.openmp.is_available():
+    CXX_FLAGS.append("-fopenmp")
+    LINK_FLAGS.append("-fopenmp")
 
 
 def _jit_build() -> None:

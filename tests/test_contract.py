@@ -3,6 +3,7 @@
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -63,6 +64,23 @@ def test_native_library_shares_the_cxx_runtime():
     assert path is not None
     deps = subprocess.run(["ldd", path], capture_output=True, text=True, check=True).stdout
     assert "libstdc++.so" in deps, deps
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and torch.backends.openmp.is_available())
+    or shutil.which("nm") is None,
+    reason="needs Linux, a torch with OpenMP and nm",
+)
+def test_cpu_kernels_run_on_torchs_openmp_runtime():
+    """Built with OpenMP (else at::parallel_for runs every CPU kernel on one thread), and the
+    process holds one OpenMP runtime, torch's (so torch.set_num_threads governs ours too)."""
+    path = _backend.library_path()
+    assert path is not None
+    symbols = subprocess.run(["nm", "-D", path], capture_output=True, text=True, check=True)
+    assert "GOMP_parallel" in symbols.stdout
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
+    assert len(runtimes) == 1, runtimes
 
 
 def test_public_api_calls_the_native_ops():

@@ -89,7 +89,11 @@ def _rank(rank: int, jobs: list[tuple[int, list[str]]], results: str) -> None:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(argv)
         record.append({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
-        state = {k: v.clone() for k, v in models[0].state_dict().items()} if models else {}
+        state = (
+            {k: v.detach().cpu().clone() for k, v in models[0].state_dict().items()}
+            if models
+            else {}
+        )
         torch.save(state, Path(results) / f"model_{len(record) - 1}_rank{rank}.pt")
     (Path(results) / f"rank{rank}.json").write_text(json.dumps(record))
 
@@ -272,7 +276,7 @@ def cuda_runs(tmp_path_factory):
     }
     argvs = [["--out", str(d / name), *argv] for name, argv in jobs.items()]
     ranks, models = spawn(d, argvs)
-    return d, dict(zip(jobs, range(len(jobs)))), jobs, ranks, models
+    return d, {name: i for i, name in enumerate(jobs)}, jobs, ranks, models
 
 
 def relative_difference(one: dict, two: dict) -> dict[str, float]:

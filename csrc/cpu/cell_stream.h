@@ -14,11 +14,13 @@ class CellStream {
   static constexpr int64_t kAhead = 8;
 
   // Prefetches corners of `grid` (strides of `shape`, or contiguous when `contiguous`) whose
-  // (x, y) row lies in [row_begin, row_end); rows are x * Y + y.
+  // (x, y) row lies in [row_begin, row_end); rows are x * Y + y. With `order`, position m of
+  // [begin, end) is point order[m] (a list of point indices), else point m.
   CellStream(const point_t* points, const GridShape& shape, Sampling mode, const scalar_t* grid,
              bool contiguous, int64_t begin, int64_t end, int64_t row_begin = 0,
-             int64_t row_end = INT64_MAX)
+             int64_t row_end = INT64_MAX, const int32_t* order = nullptr)
       : points_(points),
+        order_(order),
         shape_(shape),
         mode_(mode),
         grid_(grid),
@@ -32,7 +34,7 @@ class CellStream {
     for (int64_t m = begin; m < begin + kAhead && m < end; ++m) fill(m);
   }
 
-  // The cell of point n; call with n = begin, begin + 1, ... in order.
+  // The cell at position n (point n, or order[n]); call with n = begin, begin + 1, ... in order.
   Cell<acc_t> get(int64_t n) {
     const Cell<acc_t> cell = ring_[n % kAhead];  // its slot is refilled for n + kAhead next
     if (n + kAhead < end_) fill(n + kAhead);
@@ -42,7 +44,8 @@ class CellStream {
  private:
   void fill(int64_t m) {
     Cell<acc_t>& c = ring_[m % kAhead];
-    c = locate_cell<acc_t>(points_ + 3 * m, shape_, mode_);
+    const int64_t point = order_ ? order_[m] : m;
+    c = locate_cell<acc_t>(points_ + 3 * point, shape_, mode_);
     for (int k = 0; k < 8; ++k) {
       if (!c.valid(k)) continue;
       const int64_t row =
@@ -55,6 +58,7 @@ class CellStream {
   }
 
   const point_t* points_;
+  const int32_t* order_;
   GridShape shape_;
   Sampling mode_;
   const scalar_t* grid_;
