@@ -37,7 +37,9 @@
 # configs/nerf_scene_gpu.toml trained by 1 process (python -m train) and by 2
 # (torchrun --standalone --nproc_per_node=2 -m train), pictures off. DENSITY_SET / NERF_SET
 # add --set arguments to one config's runs (e.g. NERF_SET="--set train.steps=2000"),
-# MULTI_CONFIGS picks the configs (default: density_256 nerf_scene_gpu). Writes to $OUT:
+# MULTI_CONFIGS picks the configs (default: density_256 nerf_scene_gpu); MULTI_JOBS instead
+# lists "label:config:process counts:--set,K=V,..." runs separated by ';' (a label
+# "<name>+weak" run on 2 processes alone is compared with "<name>-1"). Writes to $OUT:
 # multi.log (all output), allreduce.json/.md, multi.json (summaries, metrics, the table's
 # numbers) and multi.md (the table: steps/s, speed-up, scaling efficiency, the
 # all-reduce's share of the 2-GPU step at the final resolution). Before the runs,
@@ -192,17 +194,29 @@ if [ "$what" = multi ]; then
   cat "$OUT/allreduce.md" 2>/dev/null
   # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes
   step_probe "$runs" "$OUT/multi.log"
-  for config in ${MULTI_CONFIGS:-density_256 nerf_scene_gpu}; do
-    extra=$([ "$config" = density_256 ] && echo "${DENSITY_SET:-}" || echo "${NERF_SET:-}")
-    for n in 1 2; do
+  # MULTI_JOBS: "label:config:process counts:--set K=V,--set K=V" entries; a label
+  # "<name>+<variant>" is compared with "<name>-1" (bench/multi_table.py)
+  if [ -n "${MULTI_JOBS:-}" ]; then
+    IFS=';' read -ra jobs <<<"$MULTI_JOBS"
+  else
+    jobs=()
+    for c in ${MULTI_CONFIGS:-density_256 nerf_scene_gpu}; do
+      sets=$([ "$c" = density_256 ] && echo "${DENSITY_SET:-}" || echo "${NERF_SET:-}")
+      jobs+=("$c:$c:1 2:${sets// /,}")
+    done
+  fi
+  for job in "${jobs[@]}"; do
+    IFS=':' read -r label config counts sets <<<"$job"
+    extra=${sets//,/ }
+    for n in $counts; do
       launch="python3 -m train"
       [ "$n" = 1 ] || launch="python3 -m torch.distributed.run --standalone --nproc_per_node=$n -m train"
       start=$(date +%s)
       # shellcheck disable=SC2086  # launch and extra are word lists
-      $launch --config "configs/$config.toml" --out "$runs/$config-$n" \
+      $launch --config "configs/$config.toml" --out "$runs/$label-$n" \
         --set output.pictures=false --set output.progress=false $extra "$@" \
-        >"$runs/$config-$n.json" 2>>"$OUT/multi.log" || status=1
-      echo "$config, $n process(es): $(($(date +%s) - start)) s for the whole command" \
+        >"$runs/$label-$n.json" 2>>"$OUT/multi.log" || status=1
+      echo "$label, $n process(es): $(($(date +%s) - start)) s for the whole command" \
         | tee -a "$OUT/multi.log"
     done
     python3 bench/multi_table.py "$runs" "$OUT/allreduce.json" "$OUT/multi.json" \

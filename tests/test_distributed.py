@@ -122,6 +122,7 @@ def runs(tmp_path_factory):
         ["--out", str(d / "odd"), *FIELD, "--set", "train.batch_size=511"],
         ["--out", str(d / "nerf_two"), *nerf_args(scene)],
         ["--out", str(d / "sdf_two"), *sets(*SDF_SHORT)],
+        ["--out", str(d / "weak"), *FIELD, *sets("train.scaling=weak", "train.batch_size=256")],
     ]
     ranks, models = spawn(d, jobs)
     return d, ranks, models, scene
@@ -220,7 +221,7 @@ def test_errors_before_training_are_one_line_from_rank_zero(runs):
 
 
 def test_nerf_two_ranks_equal_one_process(runs, tmp_path):
-    d, ranks, _, scene = runs
+    d, ranks, models, scene = runs
     assert [r[6]["code"] for r in ranks] == [0, 0]
     assert main(["--out", str(tmp_path / "nerf_one"), *nerf_args(scene)]) == 0
     one, two = final_state(tmp_path / "nerf_one"), final_state(d / "nerf_two")
@@ -235,6 +236,12 @@ def test_nerf_two_ranks_equal_one_process(runs, tmp_path):
             assert (a - b).norm() <= 1e-3 * a.norm(), key  # measured: 2e-5
         else:
             assert (a != b).float().mean() < 1e-3, key
+    # the colour grid's gradient averaged near occupied voxels alone (gradient_support)
+    dense = sum(
+        t.numel() * t.element_size() for t in models[6][0].values() if t.is_floating_point()
+    )
+    averaged = json.loads((d / "nerf_two" / "summary.json").read_text())
+    assert 0 < averaged["gradient_mb_averaged_per_step"] * 2**20 < 0.9 * dense, (averaged, dense)
     a, b = records(tmp_path / "nerf_one"), records(d / "nerf_two")
     for ra, rb in zip(a, b, strict=True):
         assert rb["psnr"] == pytest.approx(ra["psnr"], abs=1e-3)
@@ -254,6 +261,27 @@ def test_sdf_two_ranks_equal_one_process(runs, tmp_path):
     assert len(a) == len(b) >= 3
     for ra, rb in zip(a, b, strict=True):
         assert rb["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-4)
+
+
+def test_weak_scaling_gives_each_rank_its_own_batch(runs, tmp_path):
+    """2 ranks x train.batch_size 256 with train.scaling = weak train as 1 process x 512; the
+    run directory keeps the config as given (a resume scales it again)."""
+    d, ranks, _, _ = runs
+    assert [r[8]["code"] for r in ranks] == [0, 0]
+    assert main(["--out", str(tmp_path / "one"), *FIELD]) == 0
+    one, weak = final_state(tmp_path / "one"), final_state(d / "weak")
+    assert_close_states(one, weak, atol=1e-5)
+    summary = json.loads((d / "weak" / "summary.json").read_text())
+    assert summary["batch_size"] == 512 and summary["processes"] == RANKS
+    written = (d / "weak" / "config.toml").read_text()
+    assert "batch_size = 256" in written and 'scaling = "weak"' in written
+
+
+def test_bad_scaling_is_refused():
+    from train.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="train.scaling"):
+        load_config(None, ["train.scaling=linear"])
 
 
 # ---- two GPUs: NCCL, the steps captured as CUDA graphs --------------------------------------

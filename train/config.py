@@ -106,6 +106,13 @@ class TrainConfig:
         "optimiser, as DirectVoxGO).",
         "resample",
     )
+    scaling: str = doc(
+        "Under torchrun: `strong` (`batch_size` is the global batch, split into equal "
+        "shares: any number of processes gives the same result) or `weak` (every process "
+        "trains on `batch_size` of its own, and the sdf on `eikonal_points` of its own: the "
+        "global batch grows with the processes).",
+        "strong",
+    )
     cuda_graph: str = doc(
         "`auto` (steps captured as CUDA graphs on a CUDA device: one launch per step, "
         "re-captured at each upsample; nerf: with the fused renderer and `adam`, the steps "
@@ -436,6 +443,7 @@ def _validate_train(r: TrainConfig, g: GridConfig) -> None:
         previous_step, previous = step, size
     choice(r.upsample_moments, ("rescale", "resample", "reset"), "train.upsample_moments")
     choice(r.cuda_graph, ("auto", "on", "off"), "train.cuda_graph")
+    choice(r.scaling, ("strong", "weak"), "train.scaling")
 
 
 # ---- writing --------------------------------------------------------------------------------

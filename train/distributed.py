@@ -29,15 +29,20 @@ How the work is split (see README.md, "Several GPUs"):
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import Config
 
 ENV_KEYS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 MESSAGE_BYTES = 1024  # longest error line passed between ranks
@@ -58,6 +63,8 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    #: what `average_gradients` moved so far: "bytes" (summed over its all-reduces)
+    traffic: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -135,24 +142,46 @@ class World:
                 error = caught
         self.agree(error)
 
-    def average_gradients(self, params: list[Tensor]) -> None:
+    def average_gradients(
+        self, params: list[Tensor], support: dict[Tensor, Tensor] | None = None
+    ) -> None:
         """Replace each parameter's `.grad` by its mean over the ranks, in place.
 
         One `all_reduce` per parameter on its gradient tensor: no copy into buckets, as
         `DistributedDataParallel` makes, and no wrapper (the grids change shape at every
         upsample, which DDP does not allow). A parameter without a gradient on this rank
         gets zeros first, so every rank runs the same collectives.
+
+        `support` maps a parameter (by identity) to the rows of `p.grad.view(-1, F)` that
+        may be non-zero on some rank, the same int64 index tensor on every rank (a NeRF's
+        colour grid: the voxels around occupied cells, `NerfExperiment.gradient_support`):
+        only those rows are packed, averaged and put back, and the others stay as they are
+        (zero on every rank). The bytes averaged are counted in `traffic`.
         """
         if self.size == 1:
             return
+        support = support or {}
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            if p.grad.is_cuda:
-                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)  # NCCL divides in the kernel
-            else:  # gloo has no AVG
-                dist.all_reduce(p.grad)
-                p.grad.div_(self.size)
+            rows = support.get(p)
+            if rows is None:
+                self._average(p.grad)
+                continue
+            grad = p.grad.view(-1, p.grad.shape[-1])  # [voxels, F] for a [X, Y, Z, F] grid
+            packed = grad.index_select(0, rows)  # [K, F]
+            self._average(packed)
+            grad.index_copy_(0, rows, packed)
+
+    def _average(self, tensor: Tensor) -> None:
+        self.traffic["bytes"] = (
+            self.traffic.get("bytes", 0) + tensor.numel() * tensor.element_size()
+        )
+        if tensor.is_cuda:
+            dist.all_reduce(tensor, op=dist.ReduceOp.AVG)  # NCCL divides in the kernel
+        else:  # gloo has no AVG
+            dist.all_reduce(tensor)
+            tensor.div_(self.size)
 
     def all_sum(self, tensor: Tensor) -> Tensor:
         """Sum `tensor` over the ranks in place (returned for chaining)."""
@@ -180,6 +209,19 @@ class World:
         if self.size > 1:
             for t in tensors:
                 dist.broadcast(t.detach(), src=0)  # the storage, not an autograd op
+
+
+def scaled_config(config: Config, world: World) -> Config:
+    """The config the experiment trains with: with `train.scaling = "weak"` under torchrun,
+    a copy whose global batches are `world.size` times the config's (every rank draws the
+    whole global batch and trains on its share, as in strong scaling). The run directory
+    keeps the config as given, so a resume scales it again for its own processes."""
+    if config.train.scaling != "weak" or world.size == 1:
+        return config
+    scaled = copy.deepcopy(config)
+    scaled.train.batch_size *= world.size
+    scaled.train.eikonal_points *= world.size
+    return scaled
 
 
 SINGLE = World()

@@ -216,12 +216,13 @@ def _train(
             raise ConfigError("eval.seconds: not under torchrun (one process only)")
         check_run_dir(out, resume=resume, overwrite=overwrite)
         device = progress.device = world.device(select_device(c.device))
-        world.check_batch(c.train.batch_size, experiments.specs()[c.experiment].unit)
-        memory.check_memory(c, device)  # before anything is allocated
+        trained = distributed.scaled_config(c, world)  # train.scaling; c is what is written
+        world.check_batch(trained.train.batch_size, experiments.specs()[c.experiment].unit)
+        memory.check_memory(trained, device)  # before anything is allocated
         gen = torch.Generator(device=device).manual_seed(c.seed)
         checkpoint = load_checkpoint(out, c.experiment) if resume else None
         resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
-        exp = make_experiment(c, device, gen, resolution, world)  # reads its input files
+        exp = make_experiment(trained, device, gen, resolution, world)  # reads its input files
         model = progress.model = exp.model
         if checkpoint is not None:
             load_state(out, checkpoint, exp, gen)
@@ -282,7 +283,7 @@ def _train(
             **({"experiment": extra} if extra else {}),
         }
 
-    steps, batch = c.train.steps, c.train.batch_size
+    steps, batch = c.train.steps, trained.train.batch_size  # the global batch
     rate_key = f"{exp.unit}_per_second"
     end = steps if stop_at is None else max(step, min(stop_at, steps))
     bar = tqdm(
@@ -296,7 +297,7 @@ def _train(
     )
     bar_every = 10
     session_start = segment_start = bar_time = time.perf_counter()
-    bar_step = step
+    bar_step = first_step = step
     stops = StopCheck(signals, c.output.checkpoint_minutes, world)
     stop = False
     # The steps: captured as CUDA graphs where the experiment allows it (train/step_graph.py)
@@ -397,6 +398,9 @@ def _train(
     }
     summary = exp.summary(common)  # every rank: its evaluation is split across them
     summary["cuda_graph"] = graphed is not None
+    if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)
+        averaged = world.traffic.get("bytes", 0) / max(step - first_step, 1)
+        summary["gradient_mb_averaged_per_step"] = averaged / 2**20
 
     def write_results() -> None:
         path = out / "summary.json"

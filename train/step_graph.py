@@ -77,11 +77,18 @@ def forward_backward(exp: Any) -> Tensor:
     return value.detach()
 
 
+def average_gradients(exp: Any, world: World, params: list[Tensor]) -> None:
+    """The mean over the ranks' shares (the global batch's gradient), of the rows the
+    experiment's `gradient_support()` names where it names some."""
+    support = getattr(exp, "gradient_support", None)
+    world.average_gradients(params, None if support is None else support())
+
+
 def eager_step(exp: Any, world: World) -> Tensor:
     """One training step, op by op: the batch value (e.g. its MSE), a device tensor."""
     value = forward_backward(exp)
-    if world.size > 1:  # the mean over the ranks' shares: the global batch's gradient
-        world.average_gradients(parameters(exp))
+    if world.size > 1:
+        average_gradients(exp, world, parameters(exp))
     exp.optimizer.step()
     return value
 
@@ -126,7 +133,7 @@ class GraphedStep:
             params = parameters(self.exp)
             for p, grad in zip(params, self.grads, strict=True):
                 p.grad = grad  # what the second graph's Adam reads
-            self.world.average_gradients(params)
+            average_gradients(self.exp, self.world, params)
             self.graphs[1].replay()
         replayed = getattr(self.exp, "replayed", None)
         if replayed is not None:

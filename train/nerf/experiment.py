@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from grid import MaskedAdam
+from grid import MaskedAdam, VoxelGrid
 
 from ..config import Config
 from ..distributed import SINGLE, World
@@ -42,6 +43,9 @@ from .model import VoxelNeRF
 from .render import capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
+# Under torchrun the colour grid's gradient is averaged over the voxels near occupied cells
+# alone while they are at most this fraction of the grid (`gradient_support`).
+SPARSE_AVERAGE = 0.75
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -200,6 +204,8 @@ class NerfExperiment:
         self.pool: Tensor | None = None  # `ray_pool`, for the box in pool_box
         self.pool_box: list[list[float]] | None = None
         self.renders: list[tuple[Tensor, Tensor]] = []  # last evaluation, for the pictures
+        self.support_key: tuple | None = None  # the flags `support` was computed from
+        self.support: Tensor | None = None  # `gradient_support`'s rows of the colour grid
 
     # ---- optimisation ---------------------------------------------------------------------
 
@@ -334,6 +340,25 @@ class NerfExperiment:
         pool_at = 0 if pool is None else pool.data_ptr()
         where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at)
         return (sizes, where, tuple(map(tuple, m.bounds_list)))
+
+    def gradient_support(self) -> dict[Tensor, Tensor] | None:
+        """For `World.average_gradients` under torchrun: the rows of the colour grid that a
+        step's samples can reach, or None (average it all). Samples lie only where the
+        occupancy grid (the grids' resolution and box, the same on every rank) is set, and
+        read the corners of their cell: the voxels within one of an occupied one. Computed
+        once per change of the occupancy flags (one read-back)."""
+        flags, color = self.model.occupancy_grid.flags, self.model.color
+        if self.world.size == 1 or not isinstance(color, VoxelGrid):
+            return None
+        if tuple(color.features.shape[:3]) != tuple(flags.shape):
+            return None
+        key = (flags.data_ptr(), tuple(flags.shape), flags._version)
+        if self.support_key != key:
+            near = F.max_pool3d(flags[None, None].float(), 3, stride=1, padding=1)[0, 0] > 0
+            rows = near.flatten().nonzero().squeeze(1)  # [K] int64
+            dense = rows.numel() > SPARSE_AVERAGE * near.numel()
+            self.support_key, self.support = key, None if dense else rows
+        return None if self.support is None else {color.features: self.support}
 
     def replayed(self) -> None:
         """A replay rendered once: count it as the skipped `render` would have."""
