@@ -14,6 +14,9 @@ A3: the averaging in bfloat16 (cast, all_reduce, cast back): what a bf16 gradien
 compression hook would cost in place of A1's float32.
 A4: the work of a step that does not shrink with a rank's share: Adam's update of one
 grid-sized parameter (foreach, as the field experiment's optimiser; fused, as the NeRF's).
+A5: the NeRF's colour grid (160^3 x 12) averaged whole against packed to the rows near
+occupied voxels (`average_gradients` with a support, `NerfExperiment.gradient_support`), for
+supports of several fractions of the grid: the pack and unpack included.
 
 Times are medians of CUDA-event timings (`--repeat` after `--warmup`), taken on every rank
 and reported from rank 0; "GB/s" is NCCL's bus bandwidth, `bytes * 2 (n - 1) / n / time`.
@@ -104,6 +107,24 @@ def averaging(world: World, device, args) -> list[dict]:
                 "bf16_ms": ms16,
             }
         )
+    return rows
+
+
+def packed_averaging(world: World, device, args) -> list[dict]:
+    """A5: one [160^3, 12] gradient averaged whole and over a random support of rows."""
+    grad = torch.randn(160**3, 12, device=device)
+    param = nn.Parameter(torch.zeros_like(grad))
+    param.grad = grad
+    dense = timer(device, lambda: world.average_gradients([param]), args.warmup, args.repeat)
+    rows = []
+    gen = torch.Generator(device=device).manual_seed(0)  # the same rows on every rank
+    for fraction in (1.0, 0.5, 0.25, 0.1):
+        keep = torch.rand(grad.shape[0], device=device, generator=gen) < fraction
+        support = {param: keep.nonzero().squeeze(1)}
+        ms = timer(
+            device, lambda s=support: world.average_gradients([param], s), args.warmup, args.repeat
+        )
+        rows.append({"fraction": fraction, "dense_ms": dense, "packed_ms": ms})
     return rows
 
 
@@ -201,6 +222,11 @@ def table(rows: list[dict], compare: dict, world: World, device_name: str) -> st
         f"A4 Adam step on {a.get('numel')} floats: foreach {a.get('adam_foreach_ms', 0):.3f} ms, "
         f"fused {a.get('adam_fused_ms', 0):.3f} ms"
     )
+    for r in c.get("packed", []):
+        lines.append(
+            f"A5 colour grid 160^3 x 12, support {100 * r['fraction']:.0f}%: whole "
+            f"{r['dense_ms']:.3f} ms, packed {r['packed_ms']:.3f} ms"
+        )
     return "\n".join(lines)
 
 
@@ -230,6 +256,7 @@ def main() -> int:
         except Exception as error:  # report A1 all the same
             compare = {"numel": args.ddp_numel, "error": f"{type(error).__name__}: {error}"}
         compare["adam"] = adam_ms(device, args.ddp_numel, args)
+        compare["packed"] = packed_averaging(world, device, args)
         if world.is_main:
             text = table(rows, compare, world, device_name)
             print(text)

@@ -247,7 +247,7 @@ class NegatingWorld:
 
     size = 2
 
-    def average_gradients(self, params):
+    def average_gradients(self, params, support=None):
         for p in params:
             p.grad.neg_()
 

@@ -27,7 +27,16 @@ import torch
 
 from . import experiments
 from .errors import ConfigError, read_input
-from .schema import as_resolution, at_least, choice, doc, positive, triple
+from .schema import (
+    as_resolution,
+    at_least,
+    choice,
+    doc,
+    positive,
+    reference_rows,
+    toml_value,
+    triple,
+)
 
 # ---- schema -----------------------------------------------------------------------------
 # The `doc` strings feed README.md's config reference (see `reference_table`).
@@ -107,10 +116,8 @@ class TrainConfig:
         "resample",
     )
     scaling: str = doc(
-        "Under torchrun: `strong` (`batch_size` is the global batch, split into equal "
-        "shares: any number of processes gives the same result) or `weak` (every process "
-        "trains on `batch_size` of its own, and the sdf on `eikonal_points` of its own: the "
-        "global batch grows with the processes).",
+        "torchrun: `strong` (`batch_size` is the global batch, split into equal shares) or "
+        "`weak` (each process its own `batch_size` and sdf `eikonal_points`)",
         "strong",
     )
     cuda_graph: str = doc(
@@ -463,46 +470,21 @@ def to_dict(config: Config) -> dict:
     return data
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
 def to_toml(config: Config) -> str:
     """The resolved config as TOML that `load_config` reads back to an equal config."""
     data = to_dict(config)
-    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    lines = [f"{k} = {toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
     for section, values in data.items():
         if isinstance(values, dict):
             lines += ["", f"[{section}]"]
-            lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+            lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
 
 
 def reference_table() -> str:
     """Markdown table of every key (type, default, meaning), for README.md."""
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-
-    def add(cls: type, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if f.name in SECTIONS and cls is Config:
-                continue
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            tp = str(hints[f.name]).replace("typing.", "").replace("<class '", "")
-            tp = tp.replace("'>", "").replace(" | ", " or ")
-            rows.append(
-                f"| `{prefix}{f.name}` | {tp} | `{_toml_value(default)}` | {f.metadata['doc']} |"
-            )
-
-    add(Config, "")
+    rows += reference_rows(Config, "", skip=SECTIONS)
     for name, cls in SECTIONS.items():
-        add(cls, f"{name}.")
+        rows += reference_rows(cls, f"{name}.")
     return "\n".join(rows)

@@ -9,8 +9,11 @@ knows no experiment by name and imports nothing of theirs.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -149,3 +152,32 @@ def check_kind_keys(
             f"{table}.{unused[0]}: not used by {table}.kind = {kind!r} "
             f"(it reads: {', '.join(reads)})"
         )
+
+
+def toml_value(value: Any) -> str:
+    """`value` written as TOML (a config's file, the reference table's defaults)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def reference_rows(cls: type, prefix: str, skip: Collection[str] = ()) -> list[str]:
+    """One markdown row per field of the config section `cls` (type, default, `doc`)."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        tp = str(hints[f.name]).replace("typing.", "").replace("<class '", "")
+        tp = tp.replace("'>", "").replace(" | ", " or ")
+        rows.append(
+            f"| `{prefix}{f.name}` | {tp} | `{toml_value(default)}` | {f.metadata['doc']} |"
+        )
+    return rows

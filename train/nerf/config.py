@@ -73,6 +73,12 @@ class NerfConfig:
         "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
         1e-4,
     )
+    sparse_average: bool = doc(
+        "nerf, under torchrun: average the colour grid's gradient over the voxels near "
+        "occupied cells alone (the others are zero on every rank) while they are at most "
+        "three quarters of the grid; false: average it whole.",
+        True,
+    )
     mlp_dtype: str = doc(
         "nerf: `float32`, or `bfloat16`: the colour MLP's matrix products under autocast "
         "(half its activation memory; tensor cores on the GPU), its output in float32.",

@@ -348,7 +348,9 @@ class NerfExperiment:
         read the corners of their cell: the voxels within one of an occupied one. Computed
         once per change of the occupancy flags (one read-back)."""
         flags, color = self.model.occupancy_grid.flags, self.model.color
-        if self.world.size == 1 or not isinstance(color, VoxelGrid):
+        if self.world.size == 1 or not self.config.nerf.sparse_average:
+            return None
+        if not isinstance(color, VoxelGrid):
             return None
         if tuple(color.features.shape[:3]) != tuple(flags.shape):
             return None
