@@ -8,6 +8,7 @@ Rows (float32):
   sample fw+bw     the same, gradients to the grid and the points           vs F.grid_sample
   sample fw+bw F4  F = 4                                                    vs F.grid_sample
   sample 2x bw     the eikonal pattern: d|grad_points|^2 / d grid, F = 1    vs F.grid_sample
+                   (vs grid.reference.sample where torch has no double backward for it)
   march            march_rays_static, 8192 rays through a 128^3 occupancy grid (half set)
                                                                             vs grid.march_rays
   composite        composite_rays fw+bw on march's samples, C = 3           vs grid.composite
@@ -78,7 +79,13 @@ def eikonal_case(r: int, n: int, gen: torch.Generator):
 
         return step
 
-    return run(grid.sample, ours), run(grid_sample, theirs)
+    theirs_step = run(grid_sample, theirs)
+    try:
+        theirs_step()
+    except RuntimeError:  # torch < 2.13: no double backward of grid_sample; the reference
+        theirs = ours.detach().clone().requires_grad_(True)
+        theirs_step = run(lambda f, p: ref.sample(f, p), theirs)
+    return run(grid.sample, ours), theirs_step
 
 
 def ray_cases(n_rays: int, r: int, gen: torch.Generator):

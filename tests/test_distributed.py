@@ -120,7 +120,7 @@ def runs(tmp_path_factory):
         ["--out", str(d / "for_one"), *FIELD, "--stop-at", "20"],
         ["--out", str(d / "two"), *FIELD],  # refused: holds a run
         ["--out", str(d / "odd"), *FIELD, "--set", "train.batch_size=511"],
-        ["--out", str(d / "nerf_two"), *nerf_args(scene)],
+        ["--out", str(d / "nerf_two"), *nerf_args(scene), *sets("nerf.sparse_average=1")],
         ["--out", str(d / "sdf_two"), *sets(*SDF_SHORT)],
         ["--out", str(d / "weak"), *FIELD, *sets("train.scaling=weak", "train.batch_size=256")],
     ]
@@ -277,11 +277,16 @@ def test_weak_scaling_gives_each_rank_its_own_batch(runs, tmp_path):
     assert "batch_size = 256" in written and 'scaling = "weak"' in written
 
 
-def test_bad_scaling_is_refused():
+def test_bad_scaling_and_sparse_average_are_refused():
     from train.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="train.scaling"):
+    with pytest.raises(ConfigError, match="train.scaling: expected one of"):
         load_config(None, ["train.scaling=linear"])
+    for value in ("-0.1", "1.5"):
+        with pytest.raises(
+            ConfigError, match=r"nerf.sparse_average: expected a number in \[0, 1\]"
+        ):
+            load_config(None, [*NERF_SHORT, "data.path=x", f"nerf.sparse_average={value}"])
 
 
 # ---- two GPUs: NCCL, the steps captured as CUDA graphs --------------------------------------

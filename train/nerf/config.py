@@ -73,11 +73,12 @@ class NerfConfig:
         "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
         1e-4,
     )
-    sparse_average: bool = doc(
-        "nerf, under torchrun: average the colour grid's gradient over the voxels near "
-        "occupied cells alone (the others are zero on every rank) while they are at most "
-        "three quarters of the grid; false: average it whole.",
-        True,
+    sparse_average: float = doc(
+        "nerf, under torchrun: average the colour grid's gradient over the voxels near occupied "
+        "cells alone (the others are zero on every rank) while they are at most this fraction "
+        "of the grid; above it, and at 0, average it whole (packing the rows costs more than "
+        "it saves above about 0.15 on 2x H100: bench/bench_multi.py A5).",
+        0.1,
     )
     mlp_dtype: str = doc(
         "nerf: `float32`, or `bfloat16`: the colour MLP's matrix products under autocast "
@@ -167,6 +168,10 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         value = getattr(n, key)
         if not 0 <= value < 1:
             raise ConfigError(f"nerf.{key}: expected a number in [0, 1), got {value}")
+    if not 0 <= n.sparse_average <= 1:
+        raise ConfigError(
+            f"nerf.sparse_average: expected a number in [0, 1], got {n.sparse_average}"
+        )
     if n.alpha_init == 0:
         raise ConfigError("nerf.alpha_init: expected a number in (0, 1), got 0.0")
     for key in ("sample_color_weight", "entropy_weight"):

@@ -43,9 +43,6 @@ from .model import VoxelNeRF
 from .render import capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
-# Under torchrun the colour grid's gradient is averaged over the voxels near occupied cells
-# alone while they are at most this fraction of the grid (`gradient_support`).
-SPARSE_AVERAGE = 0.75
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -348,7 +345,8 @@ class NerfExperiment:
         read the corners of their cell: the voxels within one of an occupied one. Computed
         once per change of the occupancy flags (one read-back)."""
         flags, color = self.model.occupancy_grid.flags, self.model.color
-        if self.world.size == 1 or not self.config.nerf.sparse_average:
+        limit = self.config.nerf.sparse_average  # packing pays below it (bench_multi.py A5)
+        if self.world.size == 1 or not limit:
             return None
         if not isinstance(color, VoxelGrid):
             return None
@@ -358,7 +356,7 @@ class NerfExperiment:
         if self.support_key != key:
             near = F.max_pool3d(flags[None, None].float(), 3, stride=1, padding=1)[0, 0] > 0
             rows = near.flatten().nonzero().squeeze(1)  # [K] int64
-            dense = rows.numel() > SPARSE_AVERAGE * near.numel()
+            dense = rows.numel() > limit * near.numel()
             self.support_key, self.support = key, None if dense else rows
         return None if self.support is None else {color.features: self.support}
 
