@@ -28,12 +28,13 @@ def train_seconds(record: dict, batch: int) -> float:
     return record["step"] * batch / record["points_per_second"]
 
 
-def last_segment_ms(run: Path) -> tuple[int, float] | None:
-    """(first step, ms per step) over the steps after the last upsample (all steps if none)."""
+def last_segment_ms(run: Path, batch: int) -> tuple[int, float] | None:
+    """(first step, ms per step) over the steps after the last upsample (all steps if none);
+    `batch`: the global batch (the summary's: with train.scaling = weak it is not the
+    config's)."""
     config = tomllib.loads((run / "config.toml").read_text())
     train = config.get("train", {})
     first = (train.get("upsample_steps") or [0])[-1]
-    batch = train["batch_size"]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     start = [r for r in records if r["step"] == first]
     if not records or (first and not start):
@@ -74,7 +75,7 @@ def main(runs: Path, allreduce_json: Path, out_json: Path, out_md: Path) -> None
                 continue
             s = json.loads(summary_file.read_text())
             unit = "rays" if "rays_per_second" in s else "points"
-            segment = last_segment_ms(run)
+            segment = last_segment_ms(run, s["batch_size"])
             entry[n] = {
                 "summary": {k: v for k, v in s.items() if k != "records"},
                 "unit": unit,
