@@ -306,7 +306,7 @@ class VoxelGrid(nn.Module):
                 `r^2` (Adam's m / sqrt(v) is unchanged). The default, False, only
                 resamples them: then the larger old second moments damp the first
                 fine steps. Measured on the default density experiment (32^3 ->
-                64^3 -> 96^3, see README.md) the two end equal and plain resampling
+                64^3 -> 96^3, see docs/voxel-grid.md) the two end equal and plain resampling
                 was slightly ahead just after each upsample, hence the default.
         """
         new = _resolution(resolution)

@@ -111,7 +111,18 @@ def test_an_unknown_config_lists_the_shipped_ones(tmp_path, monkeypatch, capsys)
 
 # ---- sdist and wheel, built and installed --------------------------------------------------
 
-IGNORED = (".git", ".venv", "build", "dist", "runs", "data", "*.egg-info", "__pycache__", "*.so")
+IGNORED = (
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "runs",
+    "data",
+    "site",
+    "*.egg-info",
+    "__pycache__",
+    "*.so",
+)
 
 
 def _run(command: list[str], cwd: Path, env: dict | None = None) -> str:
@@ -150,6 +161,7 @@ def test_wheel_from_the_sdist_installs_and_grid_train_runs_elsewhere(tmp_path):
     needed = {"LICENSE", "README.md", "pyproject.toml", "setup.py", "grid/_backend.py"}
     needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc").rglob("*") if p.is_file()}
     needed |= {f"configs/{c}" for c in CONFIGS}
+    needed |= {"mkdocs.yml", "docs/index.md", "docs/images/default_slices.png"}
     assert not needed - held, f"missing from the sdist: {sorted(needed - held)}"
     pip = [sys.executable, "-m", "pip"]
     wheel_args = ["wheel", "--no-build-isolation", "--no-deps", "--no-index", "-w", str(dist)]

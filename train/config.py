@@ -39,7 +39,7 @@ from .schema import (
 )
 
 # ---- schema -----------------------------------------------------------------------------
-# The `doc` strings feed README.md's config reference (see `reference_table`).
+# The `doc` strings feed docs/config.md's reference table (see `reference_table`).
 
 INTERPOLATIONS = ("linear", "smoothstep")
 
@@ -482,7 +482,7 @@ def to_toml(config: Config) -> str:
 
 
 def reference_table() -> str:
-    """Markdown table of every key (type, default, meaning), for README.md."""
+    """Markdown table of every key (type, default, meaning), for docs/config.md."""
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     rows += reference_rows(Config, "", skip=SECTIONS)
     for name, cls in SECTIONS.items():

@@ -6,7 +6,7 @@ group (NCCL for CUDA tensors, gloo for CPU tensors). A plain `python -m train` h
 WORLD_SIZE: `start()` returns the single-process `World` and nothing here runs a
 collective, so the single-process path is the one it always was.
 
-How the work is split (see README.md, "Several GPUs"):
+How the work is split (see docs/multi-gpu.md):
 
 * Batches: every rank draws the *whole* global batch of `train.batch_size` from the
   same seeded generator (drawing random numbers is cheap next to a step) and trains on

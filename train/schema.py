@@ -21,7 +21,7 @@ from .errors import ConfigError
 
 
 def doc(text: str, default: Any) -> Any:
-    """A dataclass field with a default and the `doc` string README's config table shows."""
+    """A dataclass field with a default and the `doc` string docs/config.md's table shows."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"doc": text})
     return field(default=default, metadata={"doc": text})
