@@ -149,6 +149,14 @@ def test_tiny_run_writes_the_run_directory(tmp_path, capsys):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = load_config(out / "config.toml")
     assert saved.train.steps == 24 and saved.grid.resolution == 8
+    # where the command's time went, Python start to the last picture, also on stderr
+    phases = summary["phases"]
+    keys = ["start_up", "setup", "train", "evaluations_and_checkpoints", "final_evaluation"]
+    assert list(phases) == [*keys, "files", "pictures", "total"], phases
+    assert all(v >= 0 for v in phases.values()) and phases["pictures"] > 0
+    assert phases["train"] == pytest.approx(summary["train_seconds"])
+    assert sum(phases[k] for k in keys + ["files", "pictures"]) <= phases["total"] * 1.01
+    assert "phases: start_up" in capsys.readouterr().err
     # --overwrite deletes RUN_FILES: it must list everything a run writes.
     written = {p.name for p in out.iterdir()}
     assert written <= set(RUN_FILES), written - set(RUN_FILES)

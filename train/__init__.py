@@ -20,6 +20,10 @@ One package per experiment, each holding its tables, data, model, evaluation and
 run-directory and dependency checks do not, so their errors come back at once.
 """
 
-from .config import Config, ConfigError, load_config
+import time
+
+STARTED = time.perf_counter()  # before torch is imported: the run's phases count from here
+
+from .config import Config, ConfigError, load_config  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "load_config"]

@@ -202,6 +202,9 @@ def _train(
     progress: Progress,
 ) -> dict[str, Any] | None:
     """`run`'s work, with `signals` installed; keeps `progress` up to date."""
+    from . import STARTED
+
+    phases = {"start_up": time.perf_counter() - STARTED}  # summary.json's "phases", seconds
     world = distributed.world()
     schedule = dict(zip(c.train.upsample_steps, c.train.upsample_resolutions, strict=True))
     log = MetricsLog(out / "metrics.jsonl")
@@ -233,6 +236,7 @@ def _train(
             raise
         error = caught
     world.agree(error)
+    phases["setup"] = time.perf_counter() - STARTED - phases["start_up"]
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     if checkpoint is not None:
         step, seconds = checkpoint["step"], checkpoint["seconds"]
@@ -396,19 +400,33 @@ def _train(
         "processes": world.size,
         "records": log.read() if world.is_main else [],
     }
+    done = time.perf_counter()
     summary = exp.summary(common)  # every rank: its evaluation is split across them
     summary["cuda_graph"] = graphed is not None
+    phases.update(train=train_seconds, evaluations_and_checkpoints=seconds - train_seconds)
+    phases["final_evaluation"] = time.perf_counter() - done
     if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)
         averaged = world.traffic.get("bytes", 0) / max(step - first_step, 1)
         summary["gradient_mb_averaged_per_step"] = averaged / 2**20
 
-    def write_results() -> None:
+    def write_summary() -> None:
         path = out / "summary.json"
         with writing(path, remove=path):
-            path.write_text(json.dumps(summary, indent=2) + "\n")
+            path.write_text(json.dumps({**summary, "phases": phases}, indent=2) + "\n")
+
+    def write_results() -> None:
+        write_summary()
+        start = time.perf_counter()
         exp.write_files(out, summary)
+        phases["files"] = time.perf_counter() - start
         if c.output.pictures:
+            start = time.perf_counter()
             exp.write_pictures(out, log.read(), summary)
+            phases["pictures"] = time.perf_counter() - start
+        phases["total"] = time.perf_counter() - STARTED
+        write_summary()  # again, with the files' and pictures' times
+        print("phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()), file=sys.stderr)
 
     world.on_main(write_results)
+    summary["phases"] = phases
     return summary
