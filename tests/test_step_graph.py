@@ -74,7 +74,7 @@ def trained_experiment(device: torch.device, graphed: bool):
 def test_fit_optimizer_keeps_an_eager_state_as_it_is():
     exp = trained_experiment(CPU, graphed=False)
     before = exp.optimizer.state_dict()
-    fit_optimizer(exp.optimizer, graphed=False)
+    fit_optimizer(exp.optimizer, graphed=False, fused=True)  # as GridSchedule calls it
     after = exp.optimizer.state_dict()
     assert after["param_groups"] == before["param_groups"]
     for key in ("step", "exp_avg", "exp_avg_sq"):
@@ -84,17 +84,17 @@ def test_fit_optimizer_keeps_an_eager_state_as_it_is():
 
 def test_a_graph_checkpoints_optimiser_resumes_op_by_op_on_the_cpu():
     """What a captured CUDA run saves (fused, capturable, a tensor learning rate, float32
-    step counters) loads into the CPU's op-by-op Adam and steps."""
+    step counters) loads into the CPU's op-by-op (fused) Adam and steps."""
     exp = trained_experiment(CPU, graphed=False)
     state = exp.optimizer.state_dict()
     for group in state["param_groups"]:
         group.update(lr=torch.tensor(group["lr"]), capturable=True, fused=True)
     other = trained_experiment(CPU, graphed=False)
     other.optimizer.load_state_dict(state)
-    fit_optimizer(other.optimizer, graphed=False)
+    fit_optimizer(other.optimizer, graphed=False, fused=True)  # as GridSchedule calls it
     group = other.optimizer.param_groups[0]
     assert isinstance(group["lr"], float)  # begin_step sets every step's value
-    assert (group["capturable"], group["fused"], group["foreach"]) == (False, None, None)
+    assert (group["capturable"], group["fused"], group["foreach"]) == (False, True, None)
     step = other.optimizer.state[other.model.features]["step"]
     assert step.device.type == "cpu" and step.dtype == torch.float32
     other.begin_step(3)

@@ -220,14 +220,14 @@ class NerfExperiment:
         if self.graphed:  # device learning rates, filled in place by begin_step
             for group in groups:
                 group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device=self.device)
-        fused = self.device.type == "cuda"
-        return torch.optim.Adam(groups, betas=betas, fused=fused, capturable=self.graphed)
+        # fused on the CPU too: one threaded pass per parameter (grid_schedule.make_optimizer)
+        return torch.optim.Adam(groups, betas=betas, fused=True, capturable=self.graphed)
 
     def fit_optimizer(self) -> None:
         """After a checkpoint's optimiser state is loaded: Adam as `make_optimizer` makes it
         here (a captured run's checkpoint resumes op by op, and the other way round)."""
         if isinstance(self.optimizer, torch.optim.Adam):
-            fit_optimizer(self.optimizer, self.graphed, fused=self.device.type == "cuda")
+            fit_optimizer(self.optimizer, self.graphed, fused=True)
 
     def decay(self, step: int) -> float:
         return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
