@@ -74,7 +74,7 @@ def trained_experiment(device: torch.device, graphed: bool):
 def test_fit_optimizer_keeps_an_eager_state_as_it_is():
     exp = trained_experiment(CPU, graphed=False)
     before = exp.optimizer.state_dict()
-    fit_optimizer(exp.optimizer, graphed=False, fused=True)  # as GridSchedule calls it
+    fit_optimizer(exp.optimizer, graphed=False)
     after = exp.optimizer.state_dict()
     assert after["param_groups"] == before["param_groups"]
     for key in ("step", "exp_avg", "exp_avg_sq"):
@@ -91,7 +91,7 @@ def test_a_graph_checkpoints_optimiser_resumes_op_by_op_on_the_cpu():
         group.update(lr=torch.tensor(group["lr"]), capturable=True, fused=True)
     other = trained_experiment(CPU, graphed=False)
     other.optimizer.load_state_dict(state)
-    fit_optimizer(other.optimizer, graphed=False, fused=True)  # as GridSchedule calls it
+    fit_optimizer(other.optimizer, graphed=False)
     group = other.optimizer.param_groups[0]
     assert isinstance(group["lr"], float)  # begin_step sets every step's value
     assert (group["capturable"], group["fused"], group["foreach"]) == (False, True, None)
@@ -129,7 +129,7 @@ def test_graph_and_eager_checkpoints_resume_in_the_other_mode():
         assert isinstance(group["lr"], torch.Tensor) is (not saved_graphed)
         assert group["capturable"] is (not saved_graphed)
         step = other.optimizer.state[other.model.features]["step"]
-        assert step.device.type == ("cuda" if not saved_graphed else "cpu")
+        assert step.device.type == "cuda" and group["fused"]  # fused in both modes
         other.begin_step(3)
         eager_step(other, SINGLE)  # the adapted optimiser steps
 

@@ -31,7 +31,7 @@ def learning_rate(config: Config, step: int) -> float:
 
 def make_optimizer(model: VoxelGrid, config: Config, graphed: bool = False) -> torch.optim.Adam:
     """Adam over the grid, the fused kernel (one threaded pass over the grid, also on the
-    CPU: 4.4 -> 1.1 ms a step for a 128^3 grid on 2 cores, where the per-tensor Adam makes
+    CPU: 4.4 -> 0.73 ms a step for a 128^3 grid on 2 cores, where the per-tensor Adam makes
     several). `graphed` (steps captured as CUDA graphs, train/step_graph.py): with
     `capturable=True`, its learning rate a device tensor that `set_learning_rate` updates in
     place (a float would be frozen into the graph)."""
@@ -52,22 +52,19 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
             group["lr"] = value
 
 
-def fit_optimizer(optimizer: torch.optim.Adam, graphed: bool, fused: bool = False) -> None:
-    """Give a loaded Adam the flags, learning-rate type and step counters of the optimiser
-    `make_optimizer(..., graphed)` builds (`load_state_dict` takes them from the saved
-    groups), fused also when not graphed if `fused`: a checkpoint resumes in either mode,
-    on either device."""
-    fused = graphed or fused
+def fit_optimizer(optimizer: torch.optim.Adam, graphed: bool) -> None:
+    """Give a loaded Adam the flags, learning-rate type and step counters of the (fused)
+    optimiser `make_optimizer(..., graphed)` builds (`load_state_dict` takes them from the
+    saved groups): a checkpoint resumes in either mode, on either device."""
     for group in optimizer.param_groups:
         device = group["params"][0].device
         lr = float(group["lr"])
         group["lr"] = torch.tensor(lr, dtype=torch.float32, device=device) if graphed else lr
-        group["capturable"], group["fused"], group["foreach"] = graphed, fused or None, None
+        group["capturable"], group["fused"], group["foreach"] = graphed, True, None
         for p in group["params"]:
             state = optimizer.state.get(p, {})
-            if isinstance(state.get("step"), Tensor):  # float32: on the device when fused
-                where = device if fused else torch.device("cpu")
-                state["step"] = state["step"].to(dtype=torch.float32, device=where)
+            if isinstance(state.get("step"), Tensor):  # fused: float32, on the device
+                state["step"] = state["step"].to(dtype=torch.float32, device=device)
 
 
 class GridSchedule:
@@ -85,7 +82,7 @@ class GridSchedule:
 
     def fit_optimizer(self) -> None:
         """After a checkpoint's optimiser state is loaded: Adam as this step mode makes it."""
-        fit_optimizer(self.optimizer, self.graphed, fused=True)
+        fit_optimizer(self.optimizer, self.graphed)
 
     def begin_step(self, step: int) -> None:
         set_learning_rate(self.optimizer, self.step_learning_rate(step))

@@ -227,7 +227,7 @@ class NerfExperiment:
         """After a checkpoint's optimiser state is loaded: Adam as `make_optimizer` makes it
         here (a captured run's checkpoint resumes op by op, and the other way round)."""
         if isinstance(self.optimizer, torch.optim.Adam):
-            fit_optimizer(self.optimizer, self.graphed, fused=True)
+            fit_optimizer(self.optimizer, self.graphed)
 
     def decay(self, step: int) -> float:
         return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
@@ -346,9 +346,7 @@ class NerfExperiment:
         once per change of the occupancy flags (one read-back)."""
         flags, color = self.model.occupancy_grid.flags, self.model.color
         limit = self.config.nerf.sparse_average  # packing pays below it (bench_multi.py A5)
-        if self.world.size == 1 or not limit:
-            return None
-        if not isinstance(color, VoxelGrid):
+        if self.world.size == 1 or not limit or not isinstance(color, VoxelGrid):
             return None
         if tuple(color.features.shape[:3]) != tuple(flags.shape):
             return None
