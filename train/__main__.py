@@ -6,12 +6,14 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from . import distributed
-from .config import load_config
+from .config import Config, load_config, to_dict
 from .dependencies import check_dependencies
 from .distributed import World
 from .errors import ConfigError
@@ -33,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
         "work, with one line and exit code 2; so do a run file that cannot be written and "
         "running out of memory during training (the last checkpoint is kept). SIGINT "
         "(Ctrl-C) and SIGTERM finish the current step, write the checkpoint and exit with "
-        "130 and 143; a second signal exits at once.",
+        "130 and 143; a second signal exits at once. Two more commands: 'grid-train view RUN' "
+        "shows a run in the browser, 'grid-train render RUN --path orbit --out video.mp4' "
+        "renders a radiance field along a camera path (each has its own --help).",
     )
     parser.add_argument(
         "--config",
@@ -72,7 +76,60 @@ def _parser() -> argparse.ArgumentParser:
         metavar="STEP",
         help="stop after this step, leaving a checkpoint to --resume from",
     )
+    parser.add_argument(
+        "--view",
+        type=int,
+        nargs="?",
+        const=VIEW_PORT,
+        metavar="PORT",
+        help=f"watch the run train in the browser: serve 'grid-train view' on PORT (default "
+        f"{VIEW_PORT}) while it trains; without intermediate checkpoints "
+        "(output.checkpoint_every = 0) one is written at every evaluation",
+    )
     return parser
+
+
+#: The port `--view` serves on without a value.
+VIEW_PORT = 8080
+#: The commands besides training: `grid-train NAME ...` -> module (its `main(argv, prog)`).
+COMMANDS = {"view": "viewer.command", "render": "render_video"}
+
+
+def _command(name: str, argv: list[str]) -> int:
+    """`grid-train view ...` / `grid-train render ...`."""
+    import importlib
+
+    module = importlib.import_module(f".{COMMANDS[name]}", __package__)
+    prog = f"{_parser().prog} {name}"
+    return module.main(argv, prog=prog)
+
+
+def _with_view_checkpoints(config: Config) -> Config:
+    """`--view` shows the latest checkpoint: a run that writes none until the end writes
+    one at every evaluation."""
+    if config.output.checkpoint_every:
+        return config
+    every = config.eval.every
+    print(f"--view: writing the checkpoint every {every} steps (eval.every)", file=sys.stderr)
+    return load_config(base=to_dict(config), overrides=[f"output.checkpoint_every={every}"])
+
+
+def _start_viewer(out: Path, port: int, device: str) -> subprocess.Popen:
+    """`grid-train view RUN` as a child process following the run (its own process: its
+    renders do not hold the training's Python thread); it ends with this process."""
+    command = [sys.executable, "-m", __package__, "view", str(out), "--follow"]
+    command += ["--port", str(port), "--device", device, "--parent", str(os.getpid())]
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL)
+
+
+def _stop_viewer(viewer: subprocess.Popen | None) -> None:
+    if viewer is None:
+        return
+    viewer.terminate()
+    try:
+        viewer.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        viewer.kill()
 
 
 def _check_resume_args(args: argparse.Namespace) -> None:
@@ -98,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     and rank 0 alone writes and prints (see train/distributed.py). An error of one rank
     alone (out of memory) is printed by that rank, which leaves without waiting for the
     others (torchrun stops them)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in COMMANDS:
+        return _command(args[0], args[1:])
     try:
         rank = distributed.from_env().rank
     except ConfigError as error:
@@ -122,6 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         distributed.stop(barrier=in_step)
 
 
+def _check_view(port: int) -> None:
+    """ConfigError naming --view for a bad port or a missing viser, before any training."""
+    from .dependencies import INSTALL_VIEW, require
+
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--view: expected a port number in [0, 65535], got {port}")
+    require("viser", key="--view", needs="the viewer", install=INSTALL_VIEW)
+
+
 def _run(args: argparse.Namespace, world: World) -> tuple[int, bool]:
     """(exit code, whether every rank ends here together)."""
     try:
@@ -138,15 +207,24 @@ def _run(args: argparse.Namespace, world: World) -> tuple[int, bool]:
             else:
                 config = load_config(args.config and resolve_config(args.config), args.set)
             check_dependencies(config)
+            if args.view is not None:
+                _check_view(args.view)
+                config = _with_view_checkpoints(config)
         except ConfigError as caught:
             error = caught
         world.agree(error)
 
         from .loop import run
 
-        summary = run(
-            config, out, resume=args.resume, overwrite=args.overwrite, stop_at=args.stop_at
-        )
+        viewer = None
+        if args.view is not None and world.is_main:
+            viewer = _start_viewer(out, args.view, config.device)
+        try:
+            summary = run(
+                config, out, resume=args.resume, overwrite=args.overwrite, stop_at=args.stop_at
+            )
+        finally:
+            _stop_viewer(viewer)
     except ConfigError as error:
         agreed = world.size == 1 or distributed.is_agreed(error)
         if world.is_main or not agreed:  # an error of this rank alone: it says so

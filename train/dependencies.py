@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 # The distribution is densegrid; in a checkout the same extras install from '.'.
 INSTALL_TRAIN = "pip install 'densegrid[train]' (from a checkout: pip install '.[train]')"
 INSTALL_SDF = "pip install 'densegrid[sdf]' (from a checkout: pip install '.[sdf]')"
+INSTALL_VIEW = "pip install 'densegrid[view]' (from a checkout: pip install '.[view]')"
+INSTALL_VIDEO = "pip install 'densegrid[video]' (from a checkout: pip install '.[video]')"
 INSTALL_TENSORBOARD = (
     "pip install 'densegrid[tensorboard]' (from a checkout: pip install '.[tensorboard]')"
 )

@@ -62,6 +62,11 @@ class ExperimentSpec:
         directories ("" when there is nothing to export): `add_arguments(group)` adds its
         options, `export(out, config, checkpoint, args) -> str` writes the files and says
         what it wrote (see `train.export`).
+    view: the module of its package that `grid-train view` shows its runs with ("": the
+        viewer shows the curves alone): `open_view(server, out, config, checkpoint,
+        options)` puts the run into a viser server and returns an object with
+        `update(config, checkpoint)` (newer weights) and `close()` (see `train.viewer`).
+        Its `render_camera` (a radiance field's) is what `grid-train render` renders.
     """
 
     name: str
@@ -75,6 +80,7 @@ class ExperimentSpec:
     dependencies: Callable[[Any], None] | None = None
     memory: Callable[[Any], list[Need]] | None = None
     export: str = ""
+    view: str = ""
 
 
 # ---- memory: what the `memory` functions of the specs share -------------------------------

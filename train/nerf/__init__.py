@@ -6,7 +6,8 @@ camera rays), `scene` (the shipped procedural scene and its generator), `model`
 (`NerfExperiment`), `pictures` (test_views.png, curves.png, turntable.gif), `ngp` (the
 instant-ngp / nerfstudio `transforms.json` reader), `cameras` (per-view intrinsics, lens
 distortion), `to_ngp` (a Blender scene rewritten as transforms.json), `export` (the
-density's level set as a mesh, for `python -m train.export`).
+density's level set as a mesh, for `python -m train.export`), `view` (any camera's render:
+`grid-train view` and `grid-train render`).
 """
 
 from __future__ import annotations
@@ -41,4 +42,5 @@ SPEC = ExperimentSpec(
     dependencies=dependencies,
     memory=memory,
     export="export",
+    view="view",
 )

@@ -90,15 +90,18 @@ def export(out: Path, config: Any, checkpoint: dict[str, Any], args: argparse.Na
     )
 
 
-def load_model(config: Any, checkpoint: dict[str, Any], out: Path) -> VoxelNeRF:
-    """The trained VoxelNeRF of a nerf checkpoint, on the CPU, in eval mode."""
+def load_model(
+    config: Any, checkpoint: dict[str, Any], out: Path, device: torch.device | None = None
+) -> VoxelNeRF:
+    """The trained VoxelNeRF of a nerf checkpoint, on `device` (default the CPU), in eval
+    mode; InputFileError naming the checkpoint when it does not fit its config."""
     resolution = tuple(checkpoint["resolution"])
     model = make_model(
         config,
         resolution,
         final_resolution(config),
         backend=config.grid.backend,
-        device=torch.device("cpu"),
+        device=device or torch.device("cpu"),
     )
     try:
         model.load_state_dict(checkpoint["model"])
