@@ -2,7 +2,7 @@
 
 Modules: `config` (the `[target]` table), `targets` (the fields: procedural density,
 analytic SDFs, a `.npy` volume), `experiment` (`FieldExperiment`: batch, loss, evaluation),
-`pictures` (slices.png, curves.png).
+`pictures` (slices.png, curves.png), `view` (the slices in `grid-train view`).
 """
 
 from ..schema import ExperimentSpec
@@ -18,4 +18,5 @@ SPEC = ExperimentSpec(
     files=("slices.png",),
     kinded={"target": KIND_KEYS},
     memory=memory,
+    view="view",
 )

@@ -25,18 +25,23 @@ AXES = "xyz"
 
 @torch.no_grad()
 def slice_values(
-    field, axis: int, bounds: list[list[float]], n: int, device: torch.device
+    field,
+    axis: int,
+    bounds: list[list[float]],
+    n: int,
+    device: torch.device,
+    at: float | None = None,
 ) -> tuple[np.ndarray, list[float]]:
-    """Evaluate `field` on an n x n lattice in the plane through the box centre normal
-    to `axis`. Returns the image [n (v), n (u)] and its extent [u0, u1, v0, v1], where
-    (u, v) are the two other axes in xyz order."""
+    """Evaluate `field` on an n x n lattice in the plane normal to `axis` at coordinate
+    `at` (default: through the box centre). Returns the image [n (v), n (u)] and its extent
+    [u0, u1, v0, v1], where (u, v) are the two other axes in xyz order."""
     lo, hi = bounds
     u, v = [a for a in range(3) if a != axis]
     us = torch.linspace(lo[u], hi[u], n, device=device)
     vs = torch.linspace(lo[v], hi[v], n, device=device)
     vv, uu = torch.meshgrid(vs, us, indexing="ij")
     points = torch.empty(n, n, 3, device=device)
-    points[..., axis] = (lo[axis] + hi[axis]) / 2
+    points[..., axis] = (lo[axis] + hi[axis]) / 2 if at is None else at
     points[..., u], points[..., v] = uu, vv
     values = field(points)
     return values.float().cpu().numpy(), [lo[u], hi[u], lo[v], hi[v]]

@@ -3,7 +3,8 @@
 Modules: `config` (the `[points]` table), `points` (point clouds: analytic shapes, files),
 `experiment` (`SdfExperiment`: the surface, normal and eikonal losses), `evaluation`
 (distances, normals, Chamfer), `mesh` (marching cubes, PLY, exact point-to-mesh
-distances), `pictures` (mesh.png, curves.png).
+distances), `pictures` (mesh.png, curves.png), `view` (the mesh and slices in
+`grid-train view`).
 """
 
 from __future__ import annotations
@@ -49,4 +50,5 @@ SPEC = ExperimentSpec(
     kinded={"points": POINTS_KIND_KEYS},
     dependencies=dependencies,
     memory=memory,
+    view="view",
 )

@@ -26,6 +26,9 @@ from ..dependencies import INSTALL_VIEW, require
 from ..errors import ConfigError, InputFileError
 from ..experiments import FORMAT_1_KIND, REGISTRY, specs
 
+#: The held-out number plotted against steps: the first of these the records hold (the
+#: signed distance runs' records may have no PSNR), with its label.
+METRICS = {"psnr": "PSNR (dB)", "mse": "MSE", "chamfer": "Chamfer distance"}
 #: Seconds between two looks at the run directory.
 POLL_SECONDS = 0.5
 
@@ -172,9 +175,10 @@ class Viewer:
             return
         steps = self.config.train.steps
         lines = [f"**{self.out.name}**: {self.kind}, checkpoint of step {self.step} of {steps}"]
-        if self.records:
+        metric = self._metric()
+        if metric is not None:
             last = self.records[-1]
-            lines.append(f"evaluated at step {last['step']}: PSNR {last['psnr']:.2f} dB")
+            lines.append(f"evaluated at step {last['step']}: {METRICS[metric]} {last[metric]:.4g}")
         if (self.out / "summary.json").is_file():
             lines.append("training finished")
         text = "  \n".join(lines)
@@ -185,16 +189,24 @@ class Viewer:
         import numpy as np
         from viser import uplot
 
-        points = [(r["step"], r["psnr"]) for r in self.records if "psnr" in r]
+        metric = self._metric()
+        points = [(r["step"], r[metric]) for r in self.records if r.get(metric) is not None]
         if len(points) < 2:  # uPlot draws two points at least
             return
-        steps, psnr = (np.array(column, dtype=np.float64) for column in zip(*points, strict=True))
+        steps, values = (np.array(column, dtype=np.float64) for column in zip(*points, strict=True))
         if self.plot is None:
+            label = METRICS[metric]
             self.plot = self.server.gui.add_uplot(
-                data=(steps, psnr),
-                series=(uplot.Series(label="step"), uplot.Series(label="PSNR (dB)", stroke="red")),
-                title="held-out PSNR against steps",
+                data=(steps, values),
+                series=(uplot.Series(label="step"), uplot.Series(label=label, stroke="red")),
+                title=f"held-out {label} against steps",
+                scales={"x": uplot.Scale(time=False)},  # steps, not dates
                 aspect=1.6,
             )
         else:
-            self.plot.data = (steps, psnr)
+            self.plot.data = (steps, values)
+
+    def _metric(self) -> str | None:
+        """The key of METRICS that the last record holds, if any."""
+        last = self.records[-1] if self.records else {}
+        return next((k for k in METRICS if last.get(k) is not None), None)
