@@ -27,6 +27,9 @@ from .blender import Views, camera_rays
 from .export import load_model
 from .model import VoxelNeRF
 
+#: The share of the time a training run's viewer renders its new checkpoints for a still
+#: camera (`ProgressiveRenderer.share`): `--view` costs training at most about this much.
+TRAINING_SHARE = 0.05
 #: Rays per band of a viewer frame: a band is the unit the viewer can stop after.
 BAND_RAYS = 1 << 15
 
@@ -219,7 +222,11 @@ class NerfView:
         if client.client_id in self.renderers:
             return
         renderer = ProgressiveRenderer(
-            client, self.render, max_size=self.options.max_size, fps=self.options.fps
+            client,
+            self.render,
+            max_size=self.options.max_size,
+            fps=self.options.fps,
+            share=TRAINING_SHARE if self.options.training else 1.0,
         )
         self.renderers[client.client_id] = renderer
         client.camera.on_update(lambda _: renderer.moved())

@@ -92,15 +92,23 @@ class ProgressiveRenderer(threading.Thread):
     """Renders one browser's view (see the module docstring) until `stop()`.
 
     client: the viser `ClientHandle`; render: the scene's `RenderFn`; max_size: the full
-    frame's longer side at most; fps: the previews' target frame rate.
-    `frames` keeps the last frame sent (`last`) and the count of each kind.
+    frame's longer side at most; fps: the previews' target frame rate; share: the
+    fraction of the time that renders of new weights alone (`refresh`, the camera still)
+    may take: after such renders took t seconds, the next waits t (1 / share - 1) seconds
+    (a training run's checkpoints: the renders share its processor). A camera the browser
+    moves is rendered at once, whatever `share`.
+    `last` is the last frame sent, `counts` the frames of each kind, `log` their times.
     """
 
     still_after = 0.15  # seconds without a camera message before the full frame
 
-    def __init__(self, client, render: RenderFn, *, max_size: int, fps: float = 20.0) -> None:
+    def __init__(
+        self, client, render: RenderFn, *, max_size: int, fps: float = 20.0, share: float = 1.0
+    ) -> None:
         super().__init__(daemon=True, name=f"render-client-{client.client_id}")
         self.client, self.render, self.max_size, self.fps = client, render, max_size, fps
+        self.share = share
+        self.refresh_at = 0.0  # renders of new weights alone wait until then
         self.wake = threading.Condition()
         self.camera_version = 0  # counts camera messages
         self.scene_version = 0  # counts new weights (a training run's checkpoints)
@@ -110,6 +118,9 @@ class ProgressiveRenderer(threading.Thread):
         self.rays_per_second: float | None = None
         self.last: Frame | None = None
         self.counts = {"preview": 0, "full": 0}
+        # (sent at, full, width, height, render seconds) of the frames sent, for measurements
+        self.log: list[tuple[float, bool, int, int, float]] = []
+        self.connected_at = time.perf_counter()
         self.stopped = False
 
     # ---- called from viser's threads ----------------------------------------------------
@@ -144,16 +155,26 @@ class ProgressiveRenderer(threading.Thread):
                 camera = camera_of(self.client.camera)
             except AssertionError:  # no camera message from this browser yet
                 continue
-            if moving or key != self.previewed:
+            # the camera is where its last full frame was: new weights alone, no preview
+            refreshing = self.finished is not None and self.finished[0] == key[0]
+            start = time.perf_counter()
+            if moving or (key != self.previewed and not refreshing):
                 self._preview(camera, key)
             else:
                 self._full(camera, key)
+            if refreshing:
+                now = time.perf_counter()
+                self.refresh_at = max(self.refresh_at, now) + (now - start) * (1 / self.share - 1)
 
     def _wait(self) -> tuple[tuple[int, int], bool]:
         """Block until there is work: (its key, whether the camera is moving)."""
         while not self.stopped:
             key = (self.camera_version, self.scene_version)
-            if self.camera_version > 0 and key != self.finished:
+            wait_in = self.refresh_at - time.perf_counter()
+            refreshing = self.finished is not None and self.finished[0] == key[0]
+            if refreshing and key != self.finished and wait_in > 0:
+                self.wake.wait(timeout=wait_in)  # new weights alone: within `share`
+            elif self.camera_version > 0 and key != self.finished:
                 still_in = self.moved_at + self.still_after - time.perf_counter()
                 if key != self.previewed:
                     return key, still_in > 0
@@ -200,4 +221,6 @@ class ProgressiveRenderer(threading.Thread):
         frame = Frame(camera, full, seconds, image, time.perf_counter())
         self.last = frame
         self.counts["full" if full else "preview"] += 1
+        if len(self.log) < 100_000:
+            self.log.append((frame.sent_at, full, camera.width, camera.height, seconds))
         return frame
