@@ -410,3 +410,35 @@ def test_training_with_view_serves_the_viewer_while_it_trains(tmp_path):
     assert served == [200]
     with pytest.raises(OSError):  # the viewer ended with the command
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+
+
+@pytest.mark.parametrize("experiment", ["field", "sdf"])
+def test_grid_runs_open_in_the_viewer_with_their_slices(tmp_path, experiment):
+    """A field run shows its slices, an sdf run its mesh too; newer weights redraw them."""
+    pytest.importorskip("viser")
+    pytest.importorskip("skimage")
+    from train.viewer.server import Viewer, ViewOptions
+
+    out = tmp_path / "run"
+    keys = ["device=cpu", "grid.resolution=12", "train.steps=4", "eval.every=2"]
+    keys += ["output.progress=false", "output.pictures=false"]
+    if experiment == "sdf":
+        keys += ["experiment=sdf", "points.kind=sphere", "points.count=2000"]
+        keys += ["train.batch_size=1024", "train.eikonal_points=1024", "eval.points=1024"]
+    code, err = quiet(train_main, ["--out", str(out), *sets(keys)])
+    assert code == 0, err
+    viewer = Viewer(out, ViewOptions(device=CPU), host="127.0.0.1", port=free_port())
+    try:
+        scene = viewer.server.scene
+        assert type(viewer.view).__name__ == {"field": "FieldView", "sdf": "SdfView"}[experiment]
+        for axis in "xyz":
+            assert scene.get_handle_by_name(f"/slices/{axis}") is not None
+        assert (scene.get_handle_by_name("/mesh") is not None) == (experiment == "sdf")
+        slices = viewer.view.slices
+        slices.sliders[2].value = float(slices.bounds[0][2])  # the bottom slice of z
+        slices.draw(2)
+        checkpoint = load_checkpoint(out)
+        viewer.view.update(load_config(base=checkpoint["config"]), checkpoint)
+        assert viewer.records and viewer.step == 4
+    finally:
+        viewer.stop()
