@@ -3,7 +3,8 @@ against training seconds, at DirectVoxGO's end and at equal time, and peak GPU m
 
     python bench/bench_dvgo.py --dvgo DIR [--config configs/nerf_realistic_gpu.toml]
         [--out DIR] [--work DIR] [--ours-steps N | --ours-rate STEPS_PER_S]
-        [--dvgo-only | --dvgo-log FILE] [--shipped] [--set KEY=VALUE ...]
+        [--dvgo-only | --dvgo-log FILE] [--shipped] [--set KEY=VALUE ...] [--dvgo-iters C,F]
+    python bench/bench_dvgo.py --dvgo DIR --grid ours [--against FILE] [--dvgo-log FILE]
 
 DIR (or the environment variable DVGO_DIR) is a copy of DirectVoxGO's public code with the
 small changes that run it on current PyTorch (its `run_dvgo.py`). It is GPL code: this
@@ -33,6 +34,8 @@ excluded); ours, `train_seconds` (the steps only, evaluations excluded).
 Writes to --out: dvgo.md (the table), dvgo.json (all numbers, ours' whole curve),
 dvgo.log (DirectVoxGO's output), dvgo_test_000.png (its first test render) and ours/ (the
 run directory: metrics.jsonl, summary.json, test_views.png, curves.png).
+--grid ours instead runs DirectVoxGO with our grid swapped in (bench/dvgo_grid.py) and
+tabulates it beside --against (its run on its own grid): dvgo_grid.md, .json and .log.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from dvgo_grid import swap_table
 from harness import ROOT
 
 from train.config import load_config
@@ -87,16 +91,24 @@ def find_dvgo(path: str | None) -> Path:
     return folder
 
 
-def write_dvgo_config(work: Path, dvgo: Path, scene: Path) -> Path:
-    """A DirectVoxGO config in `work`: its defaults, the scene in the Blender layout."""
+def write_dvgo_config(work: Path, dvgo: Path, scene: Path, iters: str | None = None) -> Path:
+    """A DirectVoxGO config in `work`: its defaults, the scene in the Blender layout; `iters`
+    "C,F" shortens its coarse and fine stages to C and F iterations (a quick check of the
+    setup; the fine stage's progressive scaling at the same fractions of F)."""
     logs = work / "dvgo_logs"
     path = work / "dvgo_config.py"
-    path.write_text(
+    text = (
         f"_base_ = {str(dvgo / 'configs' / 'default.py')!r}\n"
         "expname = 'bench'\n"
         f"basedir = {str(logs)!r}\n"
         f"data = dict(datadir={str(scene)!r}, dataset_type='blender', white_bkgd=True)\n"
     )
+    if iters:
+        coarse, fine = (int(n) for n in iters.split(","))
+        scales = [fine * k // 20 for k in (1, 2, 3, 4)]  # its default: 1000, ..., 4000 of 20000
+        text += f"coarse_train = dict(N_iters={coarse})\n"
+        text += f"fine_train = dict(N_iters={fine}, pg_scale={scales})\n"
+    path.write_text(text)
     return path
 
 
@@ -139,13 +151,18 @@ def parse_dvgo_log(text: str) -> dict[str, Any]:
     }
 
 
-def run_dvgo(dvgo: Path, scene: Path, work: Path, log: Path) -> str:
-    """Runs DirectVoxGO on `scene` (a fresh log folder in `work`); returns its output."""
+def run_dvgo(
+    dvgo: Path, scene: Path, work: Path, log: Path, our_grid: bool = False, iters: str | None = None
+) -> str:
+    """Runs DirectVoxGO on `scene` (a fresh log folder in `work`), with its own dense grid
+    or (`our_grid`) with ours swapped in by bench/dvgo_grid.py; returns its output."""
     work.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(work / "dvgo_logs", ignore_errors=True)  # it would resume a coarse stage
-    config = write_dvgo_config(work, dvgo, scene)
-    wrapper = Path(__file__).resolve().parent / "cuda_peak.py"
-    command = [sys.executable, str(wrapper), str(dvgo / "run_dvgo.py"), "--config", str(config)]
+    config = write_dvgo_config(work, dvgo, scene, iters)
+    here = Path(__file__).resolve().parent
+    command = [sys.executable, str(here / "cuda_peak.py")]
+    command += [str(here / "dvgo_grid.py")] if our_grid else []
+    command += [str(dvgo / "run_dvgo.py"), "--config", str(config)]
     command += ["--render_test", "--dump_images", "--eval_ssim", "--i_print", "2500"]
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"))
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
@@ -333,6 +350,34 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- DirectVoxGO on our grid ---------------------------------------------------------------
+
+
+def dvgo_result(text: str, scene: Path) -> dict[str, Any]:
+    """A DirectVoxGO output's numbers, and its 8-bit renders scored here if still there."""
+    result = parse_dvgo_log(text)
+    renders = Path(result["render_dir"]) if result["render_dir"] else None
+    scored = score_renders(renders, scene) if renders and renders.is_dir() else None
+    return {**result, "scored": scored}
+
+
+def grid_swap(args, dvgo_dir: Path | None, scene: Path, work: Path, out: Path) -> int:
+    """DirectVoxGO with our grid (run now, or --dvgo-log) beside its own (--against):
+    dvgo_grid.md and dvgo_grid.json in `out`."""
+    text = Path(args.dvgo_log).read_text() if args.dvgo_log else None
+    text = text or run_dvgo(dvgo_dir, scene, work, work / "dvgo.log", True, args.dvgo_iters)
+    (out / "dvgo_grid.log").write_text(text)
+    if "dvgo_grid: DenseGrid -> VoxelDenseGrid" not in text:
+        raise BenchError("the output does not say that our grid was swapped in")
+    own = [("DirectVoxGO (its grid)", Path(args.against).read_text())] if args.against else []
+    rows = {k: dvgo_result(t, scene) for k, t in [*own, ("DirectVoxGO on grid.sample", text)]}
+    table = swap_table(rows, scene.name)
+    print(table)
+    (out / "dvgo_grid.md").write_text(table + "\n")
+    (out / "dvgo_grid.json").write_text(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
 # ---- main ----------------------------------------------------------------------------------
 
 
@@ -350,6 +395,22 @@ def parse_args(argv=None):
     parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
     parser.add_argument(
         "--dvgo-only", action="store_true", help="stop after DirectVoxGO (then --dvgo-log)"
+    )
+    parser.add_argument(
+        "--grid",
+        choices=("its", "ours"),
+        default="its",
+        help="DirectVoxGO's dense grid: its own, or ours swapped in (bench/dvgo_grid.py; "
+        "then only DirectVoxGO runs, compared with --against)",
+    )
+    parser.add_argument(
+        "--against", default=None, help="with --grid ours: DirectVoxGO's output on its own grid"
+    )
+    parser.add_argument(
+        "--dvgo-iters",
+        default=None,
+        metavar="C,F",
+        help="DirectVoxGO's coarse and fine iterations (default: its 5000,20000): a quick check",
     )
     parser.add_argument("--ours-steps", type=int, default=None, help="ours' train.steps")
     parser.add_argument(
@@ -373,10 +434,12 @@ def main(argv=None) -> int:
         scene = ensure_scene(base, device).resolve()
         generated = time.perf_counter() - start
         print(f"bench_dvgo: scene {scene} ready in {generated:.1f} s", flush=True)
+        if args.grid == "ours":
+            return grid_swap(args, dvgo_dir, scene, work / "on_our_grid", out)
         if args.dvgo_log:
             text = Path(args.dvgo_log).read_text()
         else:
-            text = run_dvgo(dvgo_dir, scene, work, work / "dvgo.log")
+            text = run_dvgo(dvgo_dir, scene, work, work / "dvgo.log", iters=args.dvgo_iters)
         (out / "dvgo.log").write_text(text)
         dvgo = parse_dvgo_log(text)
         scored = None

@@ -24,6 +24,11 @@
 # bench/gpu.sh dvgo --dvgo-only`, then `bash bench/gpu.sh dvgo --dvgo-log
 # bench/results/dvgo_work/dvgo.log --ours-steps N` (N: DirectVoxGO's training seconds x ~160
 # steps/s, with margin; ours stops being evaluated by time at T and runs on to N).
+# DirectVoxGO on our grid (bench/dvgo_grid.py), beside its own run: `bash bench/gpu.sh dvgo
+# --dvgo-only --work /tmp/own`, then `bash bench/gpu.sh dvgo --grid ours --dvgo-only --against
+# /tmp/own/dvgo.log` ($OUT/dvgo/dvgo_grid.md). Run DirectVoxGO only through this script: its
+# TORCH_EXTENSIONS_DIR and TORCH_CUDA_ARCH_LIST are what dvgo-build compiled with, and other
+# values recompile its extensions (minutes).
 #   bash bench/gpu.sh dvgo-build
 # `dvgo-build`: only JIT-builds DirectVoxGO's CUDA extensions (DVGO_DIR), so that a later
 # `dvgo --dvgo-only` call on the same warm machine spends its 10 minutes on training.

@@ -8,6 +8,7 @@ occupancy grid, compositing of packed samples).
 
 from . import reference
 from ._version import __version__
+from .channels import channels_first, channels_last
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
 from .optim import MaskedAdam
@@ -25,6 +26,8 @@ __all__ = [
     "VoxelGrid",
     "sample",
     "trilinear",
+    "channels_last",
+    "channels_first",
     "total_variation",
     "total_variation_add_grad_",
     "masked_adam_",

@@ -50,6 +50,9 @@ for i, frame in enumerate(frames):
     rgb = rgba[..., :3] * rgba[..., 3:] + 1 - rgba[..., 3:]  # on white
     rgb = np.clip(rgb * 0.9 + 0.05, 0, 1)  # a render that is not quite right
     Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(os.path.join(out, f"{i:03d}.png"))
+if "lib.grid" in sys.modules:  # run through bench/dvgo_grid.py
+    print("grid class:", sys.modules["lib.grid"].DenseGrid.__name__)
+    print("optimizer:", sys.modules["lib.utils"].MaskedAdam.__name__)
 print("train: coarse geometry searching in 00:00:01")
 print("train: fine detail reconstruction in 00:00:02")
 print("All results are dumped into", out)
@@ -167,3 +170,40 @@ def test_whole_run_against_a_stand_in(tmp_path, capsys):
     assert bench_dvgo.main([*argv2, "--dvgo-log", str(work / "dvgo.log")]) == 0
     assert json.loads((again / "dvgo.json").read_text())["dvgo_scored"] == scored
     assert (again / "ours" / "summary.json").is_file()
+
+
+FAKE_LIB = {
+    "__init__.py": "",
+    "grid.py": "class DenseGrid:\n    pass\n",
+    "masked_adam.py": "class MaskedAdam:\n    pass\n\nadam_upd_cuda = None\n",
+    "utils.py": "from .masked_adam import MaskedAdam\n",
+}
+
+
+def test_grid_swap_against_a_stand_in(tmp_path, capsys):
+    """--grid ours runs the stand-in through bench/dvgo_grid.py (its lib.grid.DenseGrid and
+    lib.utils.MaskedAdam swapped) and tabulates it beside --against's output."""
+    fake = tmp_path / "dvgo"
+    (fake / "configs").mkdir(parents=True)
+    (fake / "lib").mkdir()
+    (fake / "configs" / "default.py").write_text("coarse_train = dict(N_iters=5000)\n")
+    (fake / "run_dvgo.py").write_text(FAKE_DVGO)
+    for name, text in FAKE_LIB.items():
+        (fake / "lib" / name).write_text(text)
+    own = tmp_path / "own.log"
+    own.write_text(LOG.replace("work/dvgo_logs", str(tmp_path / "gone")))
+    out, work = tmp_path / "out", tmp_path / "work"
+    sets = [f"data.path={tmp_path / 'scene'}", "data.scene_size=24", "device=cpu"]
+    sets += ["data.scene_train_views=4", "data.scene_test_views=2"]
+    argv = ["--dvgo", str(fake), "--out", str(out), "--work", str(work), "--grid", "ours"]
+    argv += ["--against", str(own), "--config", str(ROOT / "configs" / "nerf_scene.toml")]
+    argv += [x for s in sets for x in ("--set", s)]
+    assert bench_dvgo.main(argv) == 0  # the stand-in runs in a subprocess, as DirectVoxGO
+    log = (out / "dvgo_grid.log").read_text()
+    assert "grid class: VoxelDenseGrid" in log and "optimizer: MemoryOrderAdam" in log
+    table = (out / "dvgo_grid.md").read_text()
+    assert "| DirectVoxGO (its grid) | 55 | 173 | 228 | 1.00 | 36.301 |" in table
+    assert "| DirectVoxGO on grid.sample | 1 | 2 | 3 | 0.01 | 21.500 |" in table
+    rows = json.loads((out / "dvgo_grid.json").read_text())
+    assert rows["DirectVoxGO on grid.sample"]["scored"]["views"] == 2
+    assert rows["DirectVoxGO (its grid)"]["scored"] is None  # its renders are gone
