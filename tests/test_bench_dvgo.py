@@ -207,3 +207,15 @@ def test_grid_swap_against_a_stand_in(tmp_path, capsys):
     rows = json.loads((out / "dvgo_grid.json").read_text())
     assert rows["DirectVoxGO on grid.sample"]["scored"]["views"] == 2
     assert rows["DirectVoxGO (its grid)"]["scored"] is None  # its renders are gone
+
+
+def test_dvgo_iters_shorten_both_stages(tmp_path):
+    """--dvgo-iters C,F: the config's coarse and fine iterations, its fine stage's
+    progressive scaling at the default's fractions (1000..4000 of 20000)."""
+    path = bench_dvgo.write_dvgo_config(tmp_path, tmp_path / "dvgo", tmp_path / "scene", "300,600")
+    ns: dict = {}
+    exec(path.read_text(), ns)
+    assert ns["coarse_train"] == {"N_iters": 300}
+    assert ns["fine_train"] == {"N_iters": 600, "pg_scale": [30, 60, 90, 120]}
+    plain = bench_dvgo.write_dvgo_config(tmp_path, tmp_path / "dvgo", tmp_path / "scene")
+    assert "N_iters" not in plain.read_text()
