@@ -1,0 +1,166 @@
+"""P1: camera poses from images (`python -m train.nerf.poses`, COLMAP through pycolmap) on
+views the project renders, against the true cameras.
+
+    python bench/bench_poses.py [--scene realistic|textured] [--size 400] [--views 100]
+        [--cache DIR] [--device cpu|cuda] [--json PATH] [--matcher exhaustive|sequential]
+        [--camera-model SIMPLE_RADIAL]
+
+The realistic scene (`train.nerf.realistic`, what `train.nerf.generate --scene realistic`
+renders) at 400x400 from 100 cameras of its training spiral (radius 4, elevations -20 to 75
+degrees, `train.nerf.generate.camera_poses`), composited onto white as a photo would be;
+or the quick textured scene of the tests (`train.nerf.textured`). Rendering the realistic
+views takes minutes (about 10 s a view on one busy CPU core; far less on a GPU with --device
+cuda): they are cached in --cache (default bench/results/poses_<scene>_<size>_<views>/), one
+PNG a view, so an interrupted render continues.
+
+Prints one table row and writes JSON (--json, default bench/results/poses.json): registered
+%, median / mean / max rotation error (degrees) and camera-centre error (% of the scene
+size, 3.0: the box [-1.5, 1.5]^3) after the similarity that best aligns the estimated centres
+with the true ones (Umeyama), COLMAP's mean reprojection error (px) and track length, and
+the seconds of the pose command (rendering not included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from train.nerf.orient import pose_errors  # noqa: E402
+
+SCENE_SIZE = 3.0
+
+
+def render(scene: str, size: int, views: int, cache: Path, device: str) -> np.ndarray:
+    """Renders (or finds in `cache`) the views; returns their c2w [V, 4, 4] (OpenGL)."""
+    from PIL import Image
+
+    cache.mkdir(parents=True, exist_ok=True)
+    if scene == "textured":
+        from train.nerf import textured
+
+        c2w = textured.capture_poses(views)
+    else:
+        from train.nerf.generate import camera_poses
+
+        c2w = camera_poses(views, 1, 1, seed=0)["train"]
+    np.save(cache / "c2w.npy", c2w.numpy())
+    for k in range(views):
+        file = cache / f"r_{k:03d}.png"
+        if file.exists():
+            continue
+        start = time.perf_counter()
+        if scene == "textured":
+            from train.nerf import textured
+
+            rgb = textured.render_views(c2w[k : k + 1], size)[0]
+            rgba = torch.cat([rgb, torch.ones_like(rgb[..., :1])], dim=-1)
+        else:
+            from train.nerf.generate import render_views
+
+            rgba = render_views(c2w[k : k + 1], size, device=device, scene="realistic")[0]
+        pixels = (rgba.numpy() * 255 + 0.5).clip(0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(file)
+        print(f"rendered view {k + 1}/{views} in {time.perf_counter() - start:.1f} s", flush=True)
+    return c2w.numpy()
+
+
+def photos(cache: Path, views: int, out: Path) -> None:
+    """The cached RGBA renders composited onto white, as RGB PNGs in `out`."""
+    from PIL import Image
+
+    out.mkdir(parents=True)
+    for k in range(views):
+        with Image.open(cache / f"r_{k:03d}.png") as image:
+            rgba = np.asarray(image.convert("RGBA"), dtype=np.float32) / 255
+        rgb = rgba[..., :3] * rgba[..., 3:] + (1 - rgba[..., 3:])
+        Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(out / f"view_{k:03d}.png")
+
+
+def measure(
+    truth: np.ndarray, views: int, cache: Path, matcher: str, camera_model: str = "SIMPLE_RADIAL"
+) -> dict:
+    """Runs the pose command on the cached views and scores it against `truth`."""
+    from train.nerf.poses import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        images, out = Path(tmp) / "photos", Path(tmp) / "scene"
+        photos(cache, views, images)
+        log = io.StringIO()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(log):
+            command = [str(images), "--out", str(out), "--matcher", matcher]
+            code = main([*command, "--camera-model", camera_model])
+        seconds = time.perf_counter() - start
+        if code != 0:
+            raise SystemExit(f"the pose command failed (exit {code}); see above")
+        meta = json.loads((out / "transforms.json").read_text())
+    frames = meta["frames"]
+    index = [int(f["file_path"].rsplit("_", 1)[1].split(".")[0]) for f in frames]
+    estimated = np.array([f["transform_matrix"] for f in frames])
+    errors = pose_errors(estimated, truth[index], SCENE_SIZE)
+    return {
+        "registered": len(frames),
+        "views": views,
+        "registered_percent": 100.0 * len(frames) / views,
+        **{
+            f"{k}_deg" if k.startswith("rotation") else f"{k}_percent": v for k, v in errors.items()
+        },
+        "reprojection_error_px": meta["poses"]["reprojection_error"],
+        "track_length": meta["poses"]["track_length"],
+        "points": meta["poses"]["points"],
+        "seconds": seconds,
+        "report": log.getvalue().strip().splitlines(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scene", choices=("realistic", "textured"), default="realistic")
+    parser.add_argument("--size", type=int, default=400)
+    parser.add_argument("--views", type=int, default=100)
+    parser.add_argument("--cache", type=Path)
+    parser.add_argument("--device", default="cpu", help="where the realistic scene renders")
+    parser.add_argument("--matcher", choices=("exhaustive", "sequential"), default="exhaustive")
+    parser.add_argument("--camera-model", default="SIMPLE_RADIAL", help="COLMAP's, as the command")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "poses.json")
+    args = parser.parse_args()
+    name = f"poses_{args.scene}_{args.size}_{args.views}"
+    cache = args.cache or ROOT / "bench" / "results" / name
+    truth = render(args.scene, args.size, args.views, cache, args.device)
+    result = measure(truth, args.views, cache, args.matcher, args.camera_model)
+    result |= {"scene": args.scene, "size": args.size, "matcher": args.matcher}
+    result |= {"camera_model": args.camera_model}
+    result |= {"machine": platform.node(), "cpu_threads": torch.get_num_threads()}
+    columns = ["scene", "size", "registered", "rotation median / mean / max"]
+    columns += ["centre median / max", "reprojection", "track", "seconds"]
+    print("| " + " | ".join(columns) + " |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"| {args.scene} | {args.size}x{args.size} | {result['registered']}/{args.views} "
+        f"({result['registered_percent']:.0f}%) | {result['rotation_median_deg']:.3f} / "
+        f"{result['rotation_mean_deg']:.3f} / {result['rotation_max_deg']:.3f} deg | "
+        f"{result['centre_median_percent']:.3f} / {result['centre_max_percent']:.3f} % | "
+        f"{result['reprojection_error_px']:.3f} px | {result['track_length']:.2f} | "
+        f"{result['seconds']:.1f} |"
+    )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
