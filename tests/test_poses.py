@@ -5,14 +5,17 @@ bad captures (one line naming the file, exit code 2, nothing written)."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from train.nerf import textured
+from train.nerf.generate import look_at_origin
 from train.nerf.ngp import load_ngp
 from train.nerf.orient import orient, pose_errors, to_llff
 from train.nerf.poses import main
@@ -125,6 +128,47 @@ def test_a_model_naming_a_missing_image_is_refused(estimated, tmp_path, capsys):
     assert code == 2
     assert err.count("\n") == 1 and gone.name in err and "not in IMAGES_DIR" in err, err
     assert not (tmp_path / "scene").exists() and list(tmp_path.iterdir()) == [images]
+
+
+@needs_pycolmap
+def test_a_folder_that_is_no_model_is_refused(capture, tmp_path, capsys):
+    (tmp_path / "sparse").mkdir()
+    (tmp_path / "sparse" / "cameras.bin").write_bytes(b"")
+    folder = photos(capture, tmp_path)
+    refused(
+        capsys,
+        folder,
+        "--model",
+        "no images.bin or images.txt",
+        extra=["--model", tmp_path / "sparse"],
+    )
+
+
+@needs_pycolmap
+def test_video_frames_match_sequentially(tmp_path, capsys):
+    """A turntable of 16 frames 22.5 degrees apart, each matched with the next 3 only."""
+    angle = torch.arange(16, dtype=torch.float64) * 2 * math.pi / 16
+    elevation = math.radians(35.0)
+    position = 4.0 * torch.stack(
+        [
+            math.cos(elevation) * angle.cos(),
+            math.cos(elevation) * angle.sin(),
+            torch.full_like(angle, math.sin(elevation)),
+        ],
+        dim=-1,
+    )
+    truth = look_at_origin(position)
+    textured.write_views(truth, SIZE, tmp_path / "frames")
+    out = tmp_path / "scene"
+    code, stdout, err = run(
+        capsys, tmp_path / "frames", "--out", out, "--matcher", "sequential", "--overlap", 3
+    )
+    assert code == 0, err
+    meta = json.loads((out / "transforms.json").read_text())
+    assert len(meta["frames"]) == 16
+    est = np.array([f["transform_matrix"] for f in meta["frames"]])
+    errors = pose_errors(est, truth.numpy()[[view_index(f) for f in meta["frames"]]], SCENE_SIZE)
+    assert errors["rotation_median"] <= 0.3 and errors["centre_max"] <= 1.0, errors
 
 
 def test_llff_poses_become_opengl_poses(capture, tmp_path, capsys):

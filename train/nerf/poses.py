@@ -245,7 +245,8 @@ def write(args: argparse.Namespace) -> list[str]:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out: {out} exists and is not empty; choose a new folder")
-    stage = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    where = out.resolve()  # `--out .` has no name of its own
+    stage = where.with_name(f".{where.name}.tmp{os.getpid()}")
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     try:
@@ -336,6 +337,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--min-registered: a fraction in (0, 1]; got {args.min_registered}")
     if args.overlap < 1:
         raise ConfigError(f"--overlap: at least 1; got {args.overlap}")
+    if args.threads == 0 or args.threads < -1:
+        raise ConfigError(f"--threads: -1 (every core) or at least 1; got {args.threads}")
 
 
 def main(argv: list[str] | None = None) -> int:
