@@ -33,7 +33,7 @@ SCANS = {
     "dragon": "data/meshes/ChineseDragon-10kv.off",  # 10000 vertices, 19994 faces, a hole
 }
 SHAPES = ("torus", "sphere", "box")
-VARIANTS = ("clean", "noisy", "uneven", "holes", "estimated")
+VARIANTS = ("clean", "noisy", "noisy0.1", "uneven", "holes", "estimated")
 BOX = [[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]
 BOX_SIZE = 2.0
 FILL = 1.8  # the largest side of a mesh in the box
@@ -163,17 +163,18 @@ def variant(
 
     * clean: as drawn; estimated: the same points (the fit estimates the normals);
     * noisy: positions moved by Gaussian noise of 0.2% of the box (std per axis), normals
-      turned by 5 degrees about a random axis normal to them;
+      turned by 5 degrees about a random axis normal to them; noisy0.1: half of both;
     * uneven: the 30% of the points of largest x keep a tenth of themselves;
     * holes: no points within 5% of the box of three surface points (three holes)."""
     rng = np.random.default_rng(seed)
     if kind in ("clean", "estimated"):
         return points, normals
-    if kind == "noisy":
-        moved = points + rng.normal(scale=0.002 * BOX_SIZE, size=points.shape)
+    if kind in ("noisy", "noisy0.1"):
+        share = 0.002 if kind == "noisy" else 0.001
+        moved = points + rng.normal(scale=share * BOX_SIZE, size=points.shape)
         axis = np.cross(normals, rng.normal(size=normals.shape))
         axis /= np.linalg.norm(axis, axis=1, keepdims=True)
-        angle = math.radians(5.0)
+        angle = math.radians(2500 * share)
         turned = normals * math.cos(angle) + np.cross(axis, normals) * math.sin(angle)
         return np.clip(moved, -1, 1), turned
     if kind == "uneven":

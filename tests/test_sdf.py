@@ -230,6 +230,7 @@ def test_the_resolved_config_keeps_the_kinds_keys_and_an_absolute_path(tmp_path,
         "path": str(tmp_path / "c.xyz"),
         "normals": "given",
         "normal_neighbours": 16,
+        "denoise": 0,
     }
     assert "target" not in data and "nerf" not in data
     # switching the kind on the command line drops the file's keys of the old kind

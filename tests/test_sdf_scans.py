@@ -87,6 +87,52 @@ def test_a_cloud_without_normals_needs_the_option_then_runs(tmp_path, capsys):
     assert 'points.normals = "estimate": 3000 normals' in capsys.readouterr().err
 
 
+# ---- noisy points ---------------------------------------------------------------------------
+
+
+def test_projection_shrinks_the_scatter_off_a_plane_and_measures_it():
+    from train.sdf.denoise import project_to_planes
+    from train.sdf.neighbours import knn
+
+    gen = torch.Generator().manual_seed(0)
+    flat = torch.cat([torch.rand(20000, 2, generator=gen) - 0.5, torch.zeros(20000, 1)], 1)
+    sigma = 0.004  # a fifth of the mean spacing: neighbourhoods stay flat
+    noisy = flat + torch.cat(
+        [torch.zeros(20000, 2), sigma * torch.randn(20000, 1, generator=gen)], 1
+    )
+    moved, spread = project_to_planes(noisy, knn(noisy, 16)[0])
+    # Gaussian scatter s drops to about s sqrt(3 / (k + 1)) = 0.42 s
+    assert 0.3 * sigma < moved[:, 2].std() < 0.55 * sigma
+    assert 0.7 * sigma < spread.median() < 1.1 * sigma
+    still, none = project_to_planes(flat, knn(flat, 16)[0])
+    assert torch.allclose(still, flat, atol=1e-6) and none.max() < 1e-6
+
+
+def test_denoised_points_lie_nearer_their_surface(tmp_path):
+    from train.sdf.experiment import load_points
+
+    from .test_sdf import sphere_rows
+
+    rows = sphere_rows(20000)
+    rng = np.random.default_rng(0)
+    sigma = 0.005
+    rows[:, :3] += rng.normal(scale=sigma, size=(len(rows), 3))
+    path = tmp_path / "noisy.npy"
+    np.save(path, rows.astype(np.float32))
+    base = ["experiment=sdf", "points.kind=file", f"points.path={path}"]
+    off = load_points(load_config(None, base))
+    on = load_points(load_config(None, [*base, "points.denoise=16"]))
+
+    def error(cloud):
+        return float((cloud.points.norm(dim=1) - 0.5).abs().mean())
+
+    assert error(on) < 0.5 * error(off), (error(on), error(off))
+    assert off.report is None
+    assert 0.5 * sigma < on.report["points_spread_median"] < 1.2 * sigma
+    assert 0 < on.report["points_moved_median"] < 3 * sigma
+    assert torch.equal(on.normals, off.normals)  # the given normals stay
+
+
 # ---- the mesh: debris filter, scores, the limit -------------------------------------------
 
 
@@ -198,6 +244,8 @@ def test_the_exact_grid_sdf_of_a_mesh():
     [
         ("points.normals=guess", "points.normals"),
         ("points.normal_neighbours=2", "points.normal_neighbours"),
+        ("points.denoise=2", "points.denoise"),
+        ("points.denoise=-1", "points.denoise"),
         ("sdf.surface_units=mm", "sdf.surface_units"),
         ("sdf.keep=some", "sdf.keep"),
         ("sdf.support_ratio=0", "sdf.support_ratio"),

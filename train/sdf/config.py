@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 POINTS_KINDS = ("torus", "sphere", "box", "file")
 #: The keys of [points] that every kind reads.
-NORMAL_KEYS = ("normals", "normal_neighbours")
+NORMAL_KEYS = ("normals", "normal_neighbours", "denoise")
 #: The keys of [points] that each kind reads (besides `kind`).
 POINTS_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "sphere": ("count", "seed", "radius", "center", *NORMAL_KEYS),
@@ -66,6 +66,14 @@ class PointsConfig:
         'sdf, `points.normals = "estimate"`: neighbours of each point its normal is '
         "fitted to (more: less noise, rounder edges).",
         16,
+    )
+    denoise: int = doc(
+        "sdf: 0 (off), or k: before anything else each point is moved onto the "
+        "least-squares plane of itself and its k nearest neighbours (train/sdf/denoise.py), "
+        "for noisy scans: scatter along the normal shrinks by about sqrt(3 / (k + 1)), a "
+        "clean curved surface moves inwards by its neighbourhoods' sagitta. The summary "
+        "reports the scatter measured before (`points_spread_median`, world units).",
+        0,
     )
 
 
@@ -135,6 +143,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             )
         p.path = str(file)  # absolute: a resumed run may start in another directory
     choice(p.normals, NORMALS, "points.normals")
+    if p.denoise != 0 and p.denoise < 3:
+        raise ConfigError(f"points.denoise: expected 0 (off) or an integer >= 3, got {p.denoise}")
     if p.normal_neighbours < 3:
         raise ConfigError(
             f"points.normal_neighbours: expected an integer >= 3, got {p.normal_neighbours}"

@@ -43,8 +43,10 @@ from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import LaggedValues
 from ..schema import as_resolution
 from ..step_graph import use_graphs
+from .denoise import project_to_planes
 from .evaluation import Evaluation
 from .mesh import Mesh, write_ply
+from .neighbours import knn
 from .normals import estimate_normals, normal_agreement
 from .points import (
     PointCloud,
@@ -75,12 +77,18 @@ def load_points(config: Config, device: torch.device | None = None) -> PointClou
         cloud = sample_surface(p.kind, shape_params(p), p.count, gen)
     check_inside(cloud, config.grid.bounds, p.path if p.kind == "file" else "")
     cloud = cloud.to(device or torch.device("cpu"))
+    if p.denoise:
+        moved, spread = project_to_planes(cloud.points, knn(cloud.points, p.denoise)[0])
+        shift = (moved - cloud.points).norm(dim=1)
+        report = {"points_spread_median": spread.median().item()}
+        report["points_moved_median"] = shift.median().item()
+        cloud = PointCloud(moved, cloud.normals, {**(cloud.report or {}), **report})
     if estimate:
         given = cloud.normals if p.kind != "file" else None
         normals, report = estimate_normals(cloud.points, config.grid.bounds, p.normal_neighbours)
         if given is not None:  # a shape: how far from the exact normals
             report.update(normal_agreement(normals, given))
-        cloud = PointCloud(cloud.points, normals, report)
+        cloud = PointCloud(cloud.points, normals, {**(cloud.report or {}), **report})
     return cloud
 
 
@@ -176,7 +184,7 @@ class SdfExperiment(GridSchedule):
         self.uniform_rows = world.share(c.train.eikonal_points)
         self.lo, self.hi = torch.tensor(c.grid.bounds, device=device).unbind(0)
         self.cloud = load_points(c, device)
-        if self.cloud.report and world.is_main and c.output.progress:
+        if c.points.normals == "estimate" and world.is_main and c.output.progress:
             r = self.cloud.report
             print(
                 f'points.normals = "estimate": {len(self.cloud)} normals by PCA over '

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .denoise import local_planes
 from .neighbours import knn
 
 #: The orientation grid has at most this many cells per axis.
@@ -37,13 +38,7 @@ CLOSINGS = (0, 3, 6, 10)
 def pca_normals(points: Tensor, index: Tensor) -> Tensor:
     """[N, 3] unit normals (unoriented): the least-variance direction of each point and
     its neighbours `index` [N, k]."""
-    group = torch.cat([points[:, None], points[index]], dim=1)  # [N, k + 1, 3]
-    centred = group - group.mean(dim=1, keepdim=True)
-    covariance = centred.transpose(1, 2) @ centred  # [N, 3, 3]
-    # on the CPU: cuSOLVER's batched eigh fails (an internal error) on 1e5 3x3 matrices,
-    # and the CPU does them in milliseconds
-    _, vectors = torch.linalg.eigh(covariance.double().cpu())  # ascending eigenvalues
-    return vectors[:, :, 0].float().to(points.device)
+    return local_planes(points, index)[1]
 
 
 def outside_cells(
