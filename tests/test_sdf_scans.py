@@ -91,7 +91,7 @@ def test_a_cloud_without_normals_needs_the_option_then_runs(tmp_path, capsys):
 
 
 def test_projection_shrinks_the_scatter_off_a_plane_and_measures_it():
-    from train.sdf.denoise import project_to_planes
+    from train.sdf.denoise import project_to_surfaces
     from train.sdf.neighbours import knn
 
     gen = torch.Generator().manual_seed(0)
@@ -100,12 +100,27 @@ def test_projection_shrinks_the_scatter_off_a_plane_and_measures_it():
     noisy = flat + torch.cat(
         [torch.zeros(20000, 2), sigma * torch.randn(20000, 1, generator=gen)], 1
     )
-    moved, spread = project_to_planes(noisy, knn(noisy, 16)[0])
-    # Gaussian scatter s drops to about s sqrt(3 / (k + 1)) = 0.42 s
+    moved, spread = project_to_surfaces(noisy, knn(noisy, 32)[0])
+    # Gaussian scatter s drops to about s sqrt(6 / (k + 1)) = 0.43 s
     assert 0.3 * sigma < moved[:, 2].std() < 0.55 * sigma
     assert 0.7 * sigma < spread.median() < 1.1 * sigma
-    still, none = project_to_planes(flat, knn(flat, 16)[0])
+    still, none = project_to_surfaces(flat, knn(flat, 32)[0])
     assert torch.allclose(still, flat, atol=1e-6) and none.max() < 1e-6
+
+
+def test_projection_follows_curvature_where_a_plane_would_cut_inside():
+    from train.sdf.denoise import local_planes, project_to_surfaces
+    from train.sdf.neighbours import knn
+
+    gen = torch.Generator().manual_seed(0)
+    sphere = sample_surface("sphere", {"radius": 0.5, "center": [0, 0, 0]}, 5000, gen).points
+    index = knn(sphere, 32)[0]
+    moved, _ = project_to_surfaces(sphere, index)
+    centroid, normal, _ = local_planes(sphere, index)
+    flat = sphere - ((sphere - centroid) * normal).sum(1, keepdim=True) * normal
+    error_quadric = (moved.norm(dim=1) - 0.5).abs().mean()
+    error_plane = (flat.norm(dim=1) - 0.5).abs().mean()
+    assert error_quadric < 0.1 * error_plane, (error_quadric, error_plane)
 
 
 def test_denoised_points_lie_nearer_their_surface(tmp_path):
@@ -121,7 +136,7 @@ def test_denoised_points_lie_nearer_their_surface(tmp_path):
     np.save(path, rows.astype(np.float32))
     base = ["experiment=sdf", "points.kind=file", f"points.path={path}"]
     off = load_points(load_config(None, base))
-    on = load_points(load_config(None, [*base, "points.denoise=16"]))
+    on = load_points(load_config(None, [*base, "points.denoise=32"]))
 
     def error(cloud):
         return float((cloud.points.norm(dim=1) - 0.5).abs().mean())
@@ -244,7 +259,7 @@ def test_the_exact_grid_sdf_of_a_mesh():
     [
         ("points.normals=guess", "points.normals"),
         ("points.normal_neighbours=2", "points.normal_neighbours"),
-        ("points.denoise=2", "points.denoise"),
+        ("points.denoise=5", "points.denoise"),
         ("points.denoise=-1", "points.denoise"),
         ("sdf.surface_units=mm", "sdf.surface_units"),
         ("sdf.keep=some", "sdf.keep"),

@@ -3,12 +3,13 @@
 A scanner's points scatter along the surface normal. The fit averages that scatter only
 over the points of a voxel; at fine grids a voxel holds few points and the zero level set
 follows the noise (rough normals). Projecting each point onto the least-squares plane of
-its k nearest neighbours first averages over k + 1 points instead: Gaussian scatter of
-standard deviation s drops to about s * sqrt(3 / (k + 1)), while a clean curved surface's
-points move inwards by the sagitta of their neighbourhood (about r^2 / (2 R) for a
-neighbourhood of radius r on a radius R). The plane fit's residual (`local_spread`) tells
-the two apart: it is the scatter itself on a noisy scan and a small fraction of it on a
-clean one.
+its k nearest neighbours first averages over k + 1 points instead; a plane alone would move a clean
+curved surface inwards by its neighbourhoods' sagitta (r^2 / (2 R) for a neighbourhood of
+radius r on a radius R), so each point goes onto a quadric fitted over that plane
+(`project_to_surfaces`): Gaussian scatter of standard deviation s drops to about
+s * sqrt(6 / (k + 1)), and a clean surface moves by its third-order terms only. The plane
+fit's residual (`local_planes`' spread) is the scatter itself on a noisy scan and a small
+fraction of it on a clean one.
 """
 
 from __future__ import annotations
@@ -34,9 +35,37 @@ def local_planes(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor, Tensor]
     return centroid, normal, spread
 
 
-def project_to_planes(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
-    """points [N, 3] moved onto their neighbourhood planes (`local_planes` with `index`
-    [N, k]), and the spread [N] measured before the move."""
+def project_to_surfaces(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+    """points [N, 3] moved onto a quadratic height field fitted (least squares) to their
+    neighbourhoods over the neighbourhood planes of `local_planes` (`index` [N, k], k >= 6),
+    and the planes' spread [N] measured before the move.
+
+    In each plane's frame (u, v, height h) the fit is h = a + b u + c v + d u^2 + e uv +
+    f v^2 and the point goes to its (u, v) at the fitted height: unlike a plane, the
+    quadric follows the surface's curvature, so a clean curved surface barely moves."""
     centroid, normal, spread = local_planes(points, index)
-    offset = ((points - centroid) * normal).sum(dim=1, keepdim=True)
-    return points - offset * normal, spread
+    group = torch.cat([points[:, None], points[index]], dim=1) - centroid[:, None]
+    e1 = torch.linalg.cross(normal, _any_perpendicular(normal))
+    e1 = e1 / e1.norm(dim=1, keepdim=True)
+    e2 = torch.linalg.cross(normal, e1)
+    basis = torch.stack([e1, e2, normal], dim=1).double()  # [N, 3, 3] rows
+    local = group.double() @ basis.transpose(1, 2)  # [N, k + 1, 3] (u, v, h)
+    design = _quadric_terms(local[..., 0], local[..., 1])  # [N, k + 1, 6]
+    gram = design.transpose(1, 2) @ design
+    gram = gram + 1e-12 * gram.diagonal(dim1=1, dim2=2).sum(-1)[:, None, None] * torch.eye(6)
+    coef = torch.linalg.solve(gram, (design.transpose(1, 2) @ local[..., 2:]))  # [N, 6, 1]
+    at = local[:, 0]  # the point itself, first in its group
+    height = (_quadric_terms(at[:, 0:1], at[:, 1:2]) @ coef)[:, 0, 0]
+    moved = torch.stack([at[:, 0], at[:, 1], height], dim=1)[:, None] @ basis
+    return (moved[:, 0] + centroid.double()).to(points), spread
+
+
+def _quadric_terms(u: Tensor, v: Tensor) -> Tensor:
+    """[N, M] u, v -> [N, M, 6] the terms 1, u, v, u^2, uv, v^2."""
+    return torch.stack([torch.ones_like(u), u, v, u * u, u * v, v * v], dim=-1)
+
+
+def _any_perpendicular(normal: Tensor) -> Tensor:
+    """[N, 3] a vector not parallel to each unit normal: the axis it is least along."""
+    axis = normal.abs().argmin(dim=1)
+    return torch.nn.functional.one_hot(axis, 3).to(normal)

@@ -43,7 +43,7 @@ from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import LaggedValues
 from ..schema import as_resolution
 from ..step_graph import use_graphs
-from .denoise import project_to_planes
+from .denoise import project_to_surfaces
 from .evaluation import Evaluation
 from .mesh import Mesh, write_ply
 from .neighbours import knn
@@ -78,7 +78,7 @@ def load_points(config: Config, device: torch.device | None = None) -> PointClou
     check_inside(cloud, config.grid.bounds, p.path if p.kind == "file" else "")
     cloud = cloud.to(device or torch.device("cpu"))
     if p.denoise:
-        moved, spread = project_to_planes(cloud.points, knn(cloud.points, p.denoise)[0])
+        moved, spread = project_to_surfaces(cloud.points, knn(cloud.points, p.denoise)[0])
         shift = (moved - cloud.points).norm(dim=1)
         report = {"points_spread_median": spread.median().item()}
         report["points_moved_median"] = shift.median().item()
