@@ -17,6 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+# Pillow before pycolmap: pycolmap's module exports a zlib of its own (deflate, inflate, ...)
+# and Pillow's imaging module, when loaded after it, binds to those and corrupts the heap on
+# the first PNG it writes (glibc aborts: "corrupted size vs. prev_size"; pycolmap 4.2.1,
+# Pillow 13; tests/test_poses.py). Loaded first, Pillow keeps its own zlib.
+import PIL.Image  # noqa: F401
 import pycolmap
 
 from ..errors import ConfigError, InputFileError
