@@ -8,7 +8,6 @@ import json
 import math
 import shutil
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,21 +284,3 @@ def test_a_missing_pycolmap_names_the_extra(capture, tmp_path, capsys, monkeypat
     folder = photos(capture, tmp_path)
     err = refused(capsys, folder, "pycolmap", "densegrid[capture]")
     assert "missing dependency" in err
-
-
-@needs_pycolmap
-def test_pngs_can_be_written_after_importing_the_colmap_module(tmp_path):
-    """pycolmap exports a zlib of its own: Pillow loaded after it crashed writing PNGs."""
-    import subprocess
-
-    code = (
-        "import train.nerf.colmap\n"
-        "import numpy as np\n"
-        "from PIL import Image\n"
-        "for k in range(20):\n"
-        "    pixels = np.random.default_rng(k).integers(0, 256, (400, 400, 3), dtype=np.uint8)\n"
-        f"    Image.fromarray(pixels).save({str(tmp_path / 'x.png')!r})\n"
-    )
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, timeout=60)
-    assert done.returncode == 0, done.stderr.decode()[-500:]

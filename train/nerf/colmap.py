@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-# Pillow before pycolmap: pycolmap's module exports a zlib of its own (deflate, inflate, ...)
-# and Pillow's imaging module, when loaded after it, binds to those and corrupts the heap on
-# the first PNG it writes (glibc aborts: "corrupted size vs. prev_size"; pycolmap 4.2.1,
-# Pillow 13; tests/test_poses.py). Loaded first, Pillow keeps its own zlib.
+# Pillow (and numpy) before pycolmap, whose module exports a zlib of its own (deflate,
+# inflate, ...): a process whose first import was pycolmap aborted on the first PNG Pillow
+# wrote (glibc: "corrupted size vs. prev_size", then a hang in glog's crash handler;
+# pycolmap 4.2.1, Pillow 13, numpy 2). Imported in this order it never did.
 import PIL.Image  # noqa: F401
 import pycolmap
 
