@@ -3,7 +3,7 @@ views the project renders, against the true cameras.
 
     python bench/bench_poses.py [--scene realistic|textured] [--size 400] [--views 100]
         [--cache DIR] [--device cpu|cuda] [--json PATH] [--matcher exhaustive|sequential]
-        [--camera-model SIMPLE_RADIAL]
+        [--camera-model SIMPLE_RADIAL] [--max-error PX]
 
 The realistic scene (`train.nerf.realistic`, what `train.nerf.generate --scene realistic`
 renders) at 400x400 from 100 cameras of its training spiral (radius 4, elevations -20 to 75
@@ -90,9 +90,7 @@ def photos(cache: Path, views: int, out: Path) -> None:
         Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(out / f"view_{k:03d}.png")
 
 
-def measure(
-    truth: np.ndarray, views: int, cache: Path, matcher: str, camera_model: str = "SIMPLE_RADIAL"
-) -> dict:
+def measure(truth: np.ndarray, views: int, cache: Path, matcher: str, options: list[str]) -> dict:
     """Runs the pose command on the cached views and scores it against `truth`."""
     from train.nerf.poses import main
 
@@ -103,7 +101,7 @@ def measure(
         start = time.perf_counter()
         with contextlib.redirect_stdout(log):
             command = [str(images), "--out", str(out), "--matcher", matcher]
-            code = main([*command, "--camera-model", camera_model])
+            code = main([*command, *options])
         seconds = time.perf_counter() - start
         if code != 0:
             raise SystemExit(f"the pose command failed (exit {code}); see above")
@@ -136,14 +134,17 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="where the realistic scene renders")
     parser.add_argument("--matcher", choices=("exhaustive", "sequential"), default="exhaustive")
     parser.add_argument("--camera-model", default="SIMPLE_RADIAL", help="COLMAP's, as the command")
+    parser.add_argument("--max-error", type=float, help="the command's --max-error")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "poses.json")
     args = parser.parse_args()
     name = f"poses_{args.scene}_{args.size}_{args.views}"
     cache = args.cache or ROOT / "bench" / "results" / name
     truth = render(args.scene, args.size, args.views, cache, args.device)
-    result = measure(truth, args.views, cache, args.matcher, args.camera_model)
+    options = ["--camera-model", args.camera_model]
+    options += ["--max-error", str(args.max_error)] if args.max_error else []
+    result = measure(truth, args.views, cache, args.matcher, options)
     result |= {"scene": args.scene, "size": args.size, "matcher": args.matcher}
-    result |= {"camera_model": args.camera_model}
+    result |= {"camera_model": args.camera_model, "max_error": args.max_error}
     result |= {"machine": platform.node(), "cpu_threads": torch.get_num_threads()}
     columns = ["scene", "size", "registered", "rotation median / mean / max"]
     columns += ["centre median / max", "reprojection", "track", "seconds"]

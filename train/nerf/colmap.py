@@ -42,12 +42,17 @@ class SfmOptions:
         image with the next `overlap`: video frames in file-name order).
     camera_model: COLMAP's model of the input images (SIMPLE_RADIAL: one focal length and
         one radial coefficient, COLMAP's default; OPENCV for wide lenses).
+    max_error: None (COLMAP's thresholds: 4 px for keeping a 3D point, 12 px for the
+        inliers that register an image), or pixels: points kept within it, images
+        registered within twice it (renders and sharp photos: 2 px halved the realistic
+        scene's rotation errors).
     threads: -1 for every core. seed: COLMAP's random seed (repeatable runs).
     """
 
     matcher: str = "exhaustive"
     overlap: int = 10
     camera_model: str = "SIMPLE_RADIAL"
+    max_error: float | None = None
     threads: int = -1
     seed: int = 0
 
@@ -106,6 +111,9 @@ def reconstruct(
     mapping.num_threads = options.threads
     mapping.random_seed = options.seed
     mapping.min_model_size = 3  # COLMAP's 10 would drop whole small captures
+    if options.max_error is not None:
+        mapping.mapper.filter_max_reproj_error = options.max_error
+        mapping.mapper.abs_pose_max_error = 2 * options.max_error
     models = pycolmap.incremental_mapping(database, images_dir, work / "sparse", mapping)
     if not models:
         return None, best

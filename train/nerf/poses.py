@@ -124,6 +124,7 @@ def colmap_views(args: argparse.Namespace, names: list[str], stage: Path) -> tup
             matcher=args.matcher,
             overlap=args.overlap,
             camera_model=args.camera_model,
+            max_error=args.max_error,
             threads=args.threads,
             seed=args.seed,
         )
@@ -318,6 +319,13 @@ def _parser() -> argparse.ArgumentParser:
         help="COLMAP camera model of the photos (SIMPLE_RADIAL; OPENCV for wide lenses)",
     )
     parser.add_argument(
+        "--max-error",
+        type=float,
+        metavar="PX",
+        help="keep 3D points within PX pixels and register images within 2 PX (default: "
+        "COLMAP's 4 and 12; 2 suits renders and sharp photos)",
+    )
+    parser.add_argument(
         "--centre", choices=CENTRES, default="focus", help="the point moved to the origin"
     )
     parser.add_argument(
@@ -337,6 +345,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--min-registered: a fraction in (0, 1]; got {args.min_registered}")
     if args.overlap < 1:
         raise ConfigError(f"--overlap: at least 1; got {args.overlap}")
+    if args.max_error is not None and not args.max_error > 0:
+        raise ConfigError(f"--max-error: a positive number of pixels; got {args.max_error}")
     if args.threads == 0 or args.threads < -1:
         raise ConfigError(f"--threads: -1 (every core) or at least 1; got {args.threads}")
 
