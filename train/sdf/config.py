@@ -72,8 +72,9 @@ class PointsConfig:
         "fitted to itself and its k nearest neighbours (train/sdf/denoise.py), for noisy "
         "scans: scatter along the normal shrinks by about sqrt(6 / (k + 1)) (32: 0.43x); on "
         "clean points it costs detail (Chamfer 1.07-1.2x on three scans at 128^3), so "
-        "leave it off there (docs/sdf.md, Noisy scans). The summary reports the scatter measured before (`points_spread_median`, "
-        "world units) and how far the points moved (`points_moved_median`).",
+        "leave it off there (docs/sdf.md, Noisy scans). The summary reports the scatter "
+        "measured before (`points_spread_median`, world units) and how far the points moved "
+        "(`points_moved_median`).",
         0,
     )
 
