@@ -88,6 +88,20 @@ def select_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def device_option(name: str, option: str = "--device") -> torch.device:
+    """A command line's device: auto / cpu / cuda[:N] (`select_device`); ConfigError naming
+    `option` for anything else, or for cuda on a machine without it."""
+    try:
+        device = select_device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{option}: expected auto, cpu or cuda, got {name!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{option}: cuda, but this machine has no CUDA device (use cpu)")
+    return device
+
+
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"

@@ -144,7 +144,7 @@ def render(args: argparse.Namespace) -> str:
     ConfigError (or a subclass) naming the option or the file."""
     from .checkpoint import CHECKPOINT, load_checkpoint
     from .config import load_config
-    from .viewer.command import device_option
+    from .loop import device_option
 
     check_options(args)
     device = device_option(args.device)

@@ -11,8 +11,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from ..errors import ConfigError
 
 DEFAULT_PORT = 8080
@@ -70,21 +68,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def device_option(name: str, option: str = "--device") -> torch.device:
-    """auto / cpu / cuda[:N] -> a device; ConfigError naming `option` otherwise."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"{option}: expected auto, cpu or cuda, got {name!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{option}: cuda, but this machine has no CUDA device (use cpu)")
-    return device
-
-
 def check_options(args: argparse.Namespace) -> None:
     """ConfigError naming the option for a value out of range."""
     if not 0 <= args.port <= 65535:
@@ -99,6 +82,7 @@ def check_options(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "grid-train view") -> int:
     args = _parser(prog).parse_args(argv)
+    from ..loop import device_option
     from .server import Viewer, ViewOptions
 
     try:
