@@ -24,15 +24,8 @@ def local_planes(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor, Tensor]
     points: [N, 3]; index: [N, k], each point's k nearest others. The neighbourhood is the
     point and its neighbours; the spread is the RMS distance of the neighbourhood from its
     plane (the root of the least eigenvalue of its covariance)."""
-    group = torch.cat([points[:, None], points[index]], dim=1)  # [N, k + 1, 3]
-    centroid = group.mean(dim=1)
-    centred = group - centroid[:, None]
-    covariance = centred.transpose(1, 2) @ centred / group.shape[1]  # [N, 3, 3]
-    # on the CPU: cuSOLVER's batched eigh fails on 1e5 3x3 matrices (train/sdf/normals.py)
-    values, vectors = torch.linalg.eigh(covariance.double().cpu())
-    normal = vectors[:, :, 0].to(points)
-    spread = values[:, 0].clamp(min=0).sqrt().to(points)
-    return centroid, normal, spread
+    _, centroid, frame, spread = _frames(points, index)
+    return centroid.to(points), frame[:, 2].to(points), spread.to(points)
 
 
 def project_to_surfaces(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
@@ -43,29 +36,32 @@ def project_to_surfaces(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
     In each plane's frame (u, v, height h) the fit is h = a + b u + c v + d u^2 + e uv +
     f v^2 and the point goes to its (u, v) at the fitted height: unlike a plane, the
     quadric follows the surface's curvature, so a clean curved surface barely moves."""
-    centroid, normal, spread = local_planes(points, index)
-    group = torch.cat([points[:, None], points[index]], dim=1) - centroid[:, None]
-    e1 = torch.linalg.cross(normal, _any_perpendicular(normal))
-    e1 = e1 / e1.norm(dim=1, keepdim=True)
-    e2 = torch.linalg.cross(normal, e1)
-    basis = torch.stack([e1, e2, normal], dim=1).double()  # [N, 3, 3] rows
-    local = group.double() @ basis.transpose(1, 2)  # [N, k + 1, 3] (u, v, h)
+    centred, centroid, frame, spread = _frames(points, index)
+    local = centred @ frame.transpose(1, 2)  # [N, k + 1, 3] (u, v, h)
     design = _quadric_terms(local[..., 0], local[..., 1])  # [N, k + 1, 6]
     gram = design.transpose(1, 2) @ design
     gram = gram + 1e-12 * gram.diagonal(dim1=1, dim2=2).sum(-1)[:, None, None] * torch.eye(6)
-    coef = torch.linalg.solve(gram, (design.transpose(1, 2) @ local[..., 2:]))  # [N, 6, 1]
+    coef = torch.linalg.solve(gram, design.transpose(1, 2) @ local[..., 2:])  # [N, 6, 1]
     at = local[:, 0]  # the point itself, first in its group
     height = (_quadric_terms(at[:, 0:1], at[:, 1:2]) @ coef)[:, 0, 0]
-    moved = torch.stack([at[:, 0], at[:, 1], height], dim=1)[:, None] @ basis
-    return (moved[:, 0] + centroid.double()).to(points), spread
+    moved = torch.stack([at[:, 0], at[:, 1], height], dim=1)[:, None] @ frame
+    return (moved[:, 0] + centroid).to(points), spread.to(points)
+
+
+def _frames(points: Tensor, index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The neighbourhoods (point first) centred [N, k + 1, 3], their centroids [N, 3], their
+    principal frames [N, 3, 3] (rows: the two in-plane axes, then the normal) and spreads
+    [N]; float64 on the CPU (cuSOLVER's batched eigh fails on 1e5 3x3 matrices, and the
+    CPU does them in milliseconds)."""
+    points, index = points.double().cpu(), index.cpu()
+    group = torch.cat([points[:, None], points[index]], dim=1)
+    centroid = group.mean(dim=1)
+    centred = group - centroid[:, None]
+    values, vectors = torch.linalg.eigh(centred.transpose(1, 2) @ centred / group.shape[1])
+    frame = vectors.flip(2).transpose(1, 2)  # eigenvalues ascending: the normal is last
+    return centred, centroid, frame, values[:, 0].clamp(min=0).sqrt()
 
 
 def _quadric_terms(u: Tensor, v: Tensor) -> Tensor:
     """[N, M] u, v -> [N, M, 6] the terms 1, u, v, u^2, uv, v^2."""
     return torch.stack([torch.ones_like(u), u, v, u * u, u * v, v * v], dim=-1)
-
-
-def _any_perpendicular(normal: Tensor) -> Tensor:
-    """[N, 3] a vector not parallel to each unit normal: the axis it is least along."""
-    axis = normal.abs().argmin(dim=1)
-    return torch.nn.functional.one_hot(axis, 3).to(normal)
