@@ -30,7 +30,8 @@ needs_pycolmap = pytest.mark.skipif(
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
+    # one thread: COLMAP's multithreaded mapper is not repeatable, even with a fixed seed
+    code = main([*(str(a) for a in args), "--threads", "1"])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
