@@ -9,6 +9,7 @@ occupancy grid, compositing of packed samples).
 from . import reference
 from ._version import __version__
 from .channels import channels_first, channels_last
+from .marching_cubes import marching_cubes
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
 from .optim import MaskedAdam
@@ -39,6 +40,7 @@ __all__ = [
     "march_rays_static",
     "PackedSamples",
     "OccupancyGrid",
+    "marching_cubes",
     "composite_weights",
     "accumulate_along_rays",
     "composite",

@@ -194,13 +194,13 @@ def test_sign_islands_below_the_size_are_filled():
     values[10:12, 20, 20] = 0.05  # a positive island of 2 voxels inside the sphere
     values[0:3, 0:3, 0:3] = -0.05  # an island of 27 voxels in the box's corner: kept
     values[34:38, 15:19, 15:19] = -0.05  # an outside island of 64 voxels: kept at min 8
-    filled = fill_sign_islands(values, 8)
+    filled = fill_sign_islands(torch.from_numpy(values), 8).numpy()
     assert filled[20, 20, 20] < 0 and filled[6, 6, 6] > 0 and filled[30, 30, 8] > 0
     assert (filled[0:3, 0:3, 0:3] < 0).all() and (filled[34:38, 15:19, 15:19] < 0).all()
     assert np.array_equal(np.abs(filled), np.abs(values))  # only signs change
     changed = np.sign(filled) != np.sign(values)
     assert changed.sum() == 5 and (filled[10:12, 20, 20] < 0).all()
-    assert np.array_equal(fill_sign_islands(values, 1), values)
+    assert np.array_equal(fill_sign_islands(torch.from_numpy(values), 1).numpy(), values)
     model = VoxelGrid(n, 1, init="zeros")
     with torch.no_grad():
         model.features.copy_(torch.from_numpy(values)[..., None])

@@ -148,6 +148,11 @@ class EvalConfig:
         "in voxels of the final grid.",
         2.0,
     )
+    chamfer: bool = doc(
+        "sdf, with output.mesh: score the mesh by its Chamfer distance (exact distances to "
+        "the triangles, on the CPU: seconds at 512^3); false: the mesh alone, sooner.",
+        True,
+    )
     seconds: list[float] = doc(
         "Also evaluate at the first step whose training time (`train_seconds`: steps only) "
         "reaches each of these seconds, for comparisons at equal time; one process only.",

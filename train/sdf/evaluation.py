@@ -27,6 +27,7 @@ Chamfer distance are computed by rank 0 only (which alone writes them).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -92,7 +93,9 @@ class Evaluation:
         voxel = ((hi - lo) / (torch.tensor(final, dtype=torch.float64) - 1)).max().item()
         self.band = c.eval.band * voxel
         self.with_mesh = c.output.mesh
+        self.with_chamfer = c.eval.chamfer
         self.mesh: Mesh | None = None
+        self.seconds: dict[str, float] = {}  # the last mesh's: "mesh", "chamfer"
         # sdf.keep = "supported": components away from the input points are dropped
         self.keep = c.sdf.keep
         self.support_ratio = c.sdf.support_ratio
@@ -146,15 +149,18 @@ class Evaluation:
     def chamfer(self, model: VoxelGrid, interpolation: str) -> dict[str, Any]:
         """Extract the mesh (kept in `self.mesh`) and its Chamfer distances (None when
         the field has no zero level set)."""
+        start = time.perf_counter()
         mesh = zero_level_set(model, interpolation, self.min_island)
         removed = {"mesh_components": len(face_components(mesh.faces, len(mesh.vertices))[1])}
         if self.keep == "supported":
             mesh, components, faces = supported_components(mesh, self.inputs, self.support_ratio)
             removed.update(removed_components=components, removed_faces=faces)
         self.mesh = mesh
-        if len(mesh.faces) == 0:
+        self.seconds = {"mesh": time.perf_counter() - start}
+        if len(mesh.faces) == 0 or not self.with_chamfer:
             keys = ("chamfer", "chamfer_box", "mesh_to_surface", "surface_to_mesh")
             return {**dict.fromkeys(keys), **removed}
+        start = time.perf_counter()
         points = self.points.double().cpu().numpy()
         if self.shape is not None:
             vertices = torch.as_tensor(mesh.vertices, device=self.points.device)
@@ -164,6 +170,7 @@ class Evaluation:
             to_surface = float(distance_to_points(mesh.vertices, self.cloud).mean())
         to_mesh = float(distance_to_mesh(points, mesh).mean())
         chamfer = (to_surface + to_mesh) / 2
+        self.seconds["chamfer"] = time.perf_counter() - start
         return {
             "chamfer": chamfer,
             "chamfer_box": chamfer / self.box_size,

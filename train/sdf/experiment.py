@@ -298,6 +298,7 @@ class SdfExperiment(GridSchedule):
             "processes": common["processes"],
             "mesh_vertices": len(mesh.vertices) if mesh is not None else None,
             "mesh_faces": len(mesh.faces) if mesh is not None else None,
+            **{f"{k}_seconds": v for k, v in e.seconds.items()},  # the last evaluation's
             "torch": common["torch"],
             "grid_ops": common["grid_ops"],
         }

@@ -1,12 +1,10 @@
 """The zero level set of a grid as a triangle mesh, its PLY file, and distances to it.
 
-Marching cubes is scikit-image's (`skimage.measure.marching_cubes`, an optional
-dependency): a well-kept library does it better than code we would write. It runs on the
-grid's own voxel values, so every mesh vertex lies on a voxel edge, where the grid's
-field is one-dimensional: with linear interpolation the vertex marching cubes places
-there is exactly on the field's zero level set; with smoothstep interpolation it is moved
-along its edge to the exact zero (`_smoothstep_edges`). Between the vertices the
-triangles are flat, the field's zero set is not.
+Marching cubes is the library's (`grid.marching_cubes`, tensor ops on the grid's device).
+It runs on the grid's own voxel values, so every mesh vertex lies on a voxel edge, where
+the grid's field is one-dimensional: the vertex is placed at the zero of the grid's own
+interpolation along the edge (linear or smoothstep), exactly on the field's zero level
+set. Between the vertices the triangles are flat, the field's zero set is not.
 
 Distances use scipy's k-d tree (scipy comes with scikit-image) and are exact:
 `distance_to_mesh` finds the nearest point on the triangles, not the nearest vertex.
@@ -19,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from grid.marching_cubes import marching_cubes
 from grid.voxel_grid import VoxelGrid
 
 
@@ -38,51 +38,97 @@ class Mesh:
 
 
 def zero_level_set(model: VoxelGrid, interpolation: str, min_island: int = 0) -> Mesh:
-    """The zero level set of channel 0 of `model` by marching cubes over its voxels, in
-    world coordinates, with normals from the field's gradient (outward, towards f > 0).
-    Empty when the field does not change sign. `min_island` > 0: sign islands of fewer
-    voxels are filled first (`fill_sign_islands`)."""
-    from skimage.measure import marching_cubes  # optional: checked at start-up
-
-    values = model.features[..., 0].detach().float().cpu().numpy()  # [X, Y, Z]
+    """The zero level set of channel 0 of `model` by marching cubes over its voxels
+    (`grid.marching_cubes`, on the grid's device), in world coordinates, with normals
+    from the field's gradient (outward, towards f > 0). Empty when the field does not
+    change sign. `min_island` > 0: sign islands of fewer voxels are filled first
+    (`fill_sign_islands`)."""
+    values = model.features[..., 0].detach().float()  # [X, Y, Z]
     if min_island > 0:
         values = fill_sign_islands(values, min_island)
     if not (values.min() < 0 < values.max()):
         return Mesh.empty()
-    # With the default gradient_direction="descent" the triangles' winding (right hand)
-    # points towards increasing values: outwards for a signed distance (tested).
-    index, faces, _, _ = marching_cubes(values, level=0.0, allow_degenerate=False)
-    if interpolation == "smoothstep":
-        index = _smoothstep_edges(index)
-    lo, hi = (b.double().cpu().numpy() for b in model.bounds)
-    spacing = (hi - lo) / (np.array(values.shape) - 1)
-    vertices = lo + index.astype(np.float64) * spacing
-    return Mesh(vertices, faces.astype(np.int64), field_normals(model, vertices))
+    vertices, faces = marching_cubes(values, 0.0, interpolation, bounds=model.bounds)
+    vertices = vertices.double().cpu().numpy()
+    return Mesh(vertices, faces.cpu().numpy(), field_normals(model, vertices))
 
 
-def fill_sign_islands(values: np.ndarray, min_voxels: int) -> np.ndarray:
+def fill_sign_islands(values: Tensor, min_voxels: int) -> Tensor:
     """values [X, Y, Z] with every island of one sign (6-connected voxels with f < 0, or
     with f >= 0) of fewer than `min_voxels` voxels given the sign around it (|f| kept).
 
     Such islands are below what the grid resolves: noise in the points leaves bubbles of
     one or a few voxels on both sides of the surface, each a separate closed piece of the
     zero level set. An island that touches the box's boundary is kept whatever its size
-    (the part of a surface cut by the box)."""
+    (the part of a surface cut by the box). On CUDA in tensor ops (`_small_islands`); on
+    the CPU scipy's labelling, which is 10x faster there (0.74 s against 7.1 s at 256^3
+    on 2 cores); the same voxels either way (tested)."""
+    out = values.clone()
+    for inside in (True, False):
+        mask = out < 0 if inside else out >= 0
+        if values.is_cuda:
+            flip = _small_islands(mask, min_voxels)
+        else:
+            flip = torch.from_numpy(_small_islands_labelled(mask.numpy(), min_voxels))
+        if inside:
+            out[flip] = out[flip].abs()
+        else:
+            out[flip] = -out[flip].abs().clamp_min(1e-12)
+    return out
+
+
+def _small_islands_labelled(mask: np.ndarray, min_voxels: int) -> np.ndarray:
+    """`_small_islands` by scipy's connected-component labelling."""
     from scipy import ndimage  # scipy comes with scikit-image
 
-    out = values.copy()
-    for inside in (True, False):
-        label, count = ndimage.label((out < 0) if inside else (out >= 0))
-        if count < 2:
-            continue
-        sizes = np.bincount(label.ravel(), minlength=count + 1)
-        small = sizes < min_voxels
-        small[0] = False
-        border = np.unique(np.concatenate([label[i].ravel() for i in _faces_of_box(label.shape)]))
-        small[border] = False
-        flip = small[label]
-        out[flip] = np.abs(out[flip]) if inside else -np.maximum(np.abs(out[flip]), 1e-12)
-    return out
+    label, count = ndimage.label(mask)
+    if count < 2 or min_voxels <= 1:
+        return np.zeros_like(mask)
+    sizes = np.bincount(label.ravel(), minlength=count + 1)
+    small = sizes < min_voxels
+    small[0] = False
+    border = np.unique(np.concatenate([label[i].ravel() for i in _faces_of_box(label.shape)]))
+    small[border] = False
+    return small[label]
+
+
+def _small_islands(mask: Tensor, min_voxels: int) -> Tensor:
+    """[X, Y, Z] bool: the voxels of `mask` [X, Y, Z] in 6-connected components of fewer
+    than `min_voxels` voxels that do not touch the box's boundary.
+
+    Every voxel takes the smallest index within `min_voxels` - 1 steps inside the mask:
+    an island of fewer voxels than that is within reach end to end, so all its voxels
+    agree on one label, and no voxel has a neighbour in the mask with another label (the
+    label is closed). A label of a larger component is either open (its component has
+    other labels, and one borders it) or holds the whole component, `min_voxels` or more."""
+    if min_voxels <= 1 or not mask.any():
+        return torch.zeros_like(mask)
+    shape = mask.shape
+    dtype = torch.int32 if mask.numel() < 2**31 else torch.int64
+    none = torch.iinfo(dtype).max
+    index = torch.arange(mask.numel(), dtype=dtype, device=mask.device).reshape(shape)
+    label = torch.where(mask, index, none)
+    for _ in range(min_voxels - 1):
+        reached = label.clone()
+        for axis in range(3):
+            n = shape[axis] - 1
+            for a, b in ((0, 1), (1, 0)):  # from the next voxel along the axis, then the last
+                view = reached.narrow(axis, a, n)
+                torch.minimum(view, label.narrow(axis, b, n), out=view)
+        label = torch.where(mask, reached, none)
+    open_ = torch.zeros(mask.numel() + 1, dtype=torch.bool, device=mask.device)
+    for axis in range(3):
+        n = shape[axis] - 1
+        first, second = label.narrow(axis, 0, n), label.narrow(axis, 1, n)
+        both = mask.narrow(axis, 0, n) & mask.narrow(axis, 1, n) & (first != second)
+        open_[first[both].long()] = True
+        open_[second[both].long()] = True
+    for border in _faces_of_box(shape):  # islands cut by the box are kept
+        open_[label[border][mask[border]].long()] = True
+    closed = mask & ~open_[label.clamp_max(mask.numel()).long()]
+    kept_labels, counts = torch.unique(label[closed], return_counts=True)
+    small = kept_labels[counts < min_voxels]
+    return closed & torch.isin(label, small)
 
 
 def _faces_of_box(shape: tuple[int, ...]) -> list[tuple]:
@@ -93,25 +139,6 @@ def _faces_of_box(shape: tuple[int, ...]) -> list[tuple]:
         for axis in range(3)
         for side in (0, shape[axis] - 1)
     ]
-
-
-def _smoothstep_edges(index: np.ndarray) -> np.ndarray:
-    """Move marching-cubes vertices (voxel index space, [V, 3]) to the zero of the
-    smoothstep field on their edge.
-
-    A vertex sits on an edge between two voxels along one axis, at t = v0 / (v0 - v1),
-    the zero of the linear blend. The smoothstep field there is v0 + (v1 - v0) s(t') with
-    s(t) = t^2 (3 - 2t), zero at s(t') = t: t' = 1/2 - sin(asin(1 - 2t) / 3).
-    """
-    index = index.astype(np.float64)
-    base = np.floor(index)
-    frac = index - base  # one non-zero entry per row (or none, at a voxel)
-    t = frac.max(axis=1)
-    axis = frac.argmax(axis=1)
-    moved = 0.5 - np.sin(np.arcsin(np.clip(1 - 2 * t, -1, 1)) / 3)
-    out = index.copy()
-    out[np.arange(len(index)), axis] = base[np.arange(len(index)), axis] + moved
-    return out
 
 
 def field_normals(model: VoxelGrid, points: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
@@ -217,7 +244,7 @@ def distance_to_points(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
     """[Q] distances from each of queries [Q, 3] to the nearest of points [P, 3]."""
     from scipy.spatial import cKDTree
 
-    distance, _ = cKDTree(points).query(queries, k=1)
+    distance, _ = cKDTree(points).query(queries, k=1, workers=-1)
     return distance
 
 
