@@ -1,6 +1,6 @@
 """Dense voxel feature grids for PyTorch: fused trilinear operators (CPU and CUDA), a
 `VoxelGrid` module, and the pieces of a grid-based NeRF renderer (ray marching, an
-occupancy grid, compositing of packed samples).
+occupancy grid, compositing of packed samples, a scene contraction for unbounded scenes).
 
     >>> import grid
     >>> grid.sample(features, points)  # features: [X, Y, Z, F], points: [..., 3] -> [..., F]
@@ -9,6 +9,7 @@ occupancy grid, compositing of packed samples).
 from . import reference
 from ._version import __version__
 from .channels import channels_first, channels_last
+from .contraction import ContractedSamples, contract, sample_contracted, uncontract
 from .marching_cubes import marching_cubes
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
@@ -46,5 +47,9 @@ __all__ = [
     "composite",
     "composite_rays",
     "ray_weights",
+    "contract",
+    "uncontract",
+    "sample_contracted",
+    "ContractedSamples",
     "__version__",
 ]

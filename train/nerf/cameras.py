@@ -88,3 +88,21 @@ def pixel_directions(
         flat_x, flat_y = undistort(flat_x, flat_y, coeffs)
         x, y = flat_x.reshape(x.shape), flat_y.reshape(y.shape)
     return torch.stack([x, -y, -torch.ones_like(x)], dim=-1).float()
+
+
+#: The original (NeRF-synthetic) scenes' horizontal field of view, radians: the shipped
+#: scenes' cameras but the unbounded one's.
+CAMERA_ANGLE_X = 0.6911112070083618
+
+
+def look_at_origin(position: Tensor) -> Tensor:
+    """Camera positions [V, 3] -> OpenGL camera-to-world [V, 4, 4] looking at the origin, z up."""
+    back = position / position.norm(dim=-1, keepdim=True)  # the camera's +z axis
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=position.dtype).expand_as(back)
+    right = torch.linalg.cross(up, back)
+    right = right / right.norm(dim=-1, keepdim=True)
+    true_up = torch.linalg.cross(back, right)
+    c2w = torch.zeros(position.shape[0], 4, 4, dtype=position.dtype)
+    c2w[:, :3, 0], c2w[:, :3, 1], c2w[:, :3, 2], c2w[:, :3, 3] = right, true_up, back, position
+    c2w[:, 3, 3] = 1.0
+    return c2w

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 OPTIMIZERS = ("adam", "masked_adam")
 #: Values of `nerf.mlp_dtype`.
 MLP_DTYPES = ("float32", "bfloat16")
+#: Values of `nerf.contraction`.
+CONTRACTIONS = ("none", "sphere", "cube")
 
 
 @dataclass
@@ -33,9 +35,11 @@ class DataConfig:
         True,
     )
     scene: str = doc(
-        "nerf, generated scene: `procedural` (a few analytic solids, easy to fit) or "
+        "nerf, generated scene: `procedural` (a few analytic solids, easy to fit), "
         "`realistic` (sculpted and thin parts, fine textures, glass, mirror reflections: "
-        "train/nerf/realistic.py).",
+        "train/nerf/realistic.py) or `unbounded` (an object on textured ground that runs to the "
+        "horizon, distant buildings, a sky, shadows; cameras on a full orbit: "
+        "train/nerf/outdoor.py).",
         "procedural",
     )
     scene_size: int = doc("nerf, generated scene: image width and height in pixels.", 64)
@@ -119,6 +123,24 @@ class NerfConfig:
         False,
     )
     fit_box_margin: float = doc("nerf, fit_box: voxels (of the coarse grid) added around.", 2.0)
+    contraction: str = doc(
+        "nerf: `none` (the grids cover grid.bounds; rays leaving it see data.background) or, "
+        "for unbounded scenes, `sphere` (mip-NeRF 360's contraction) or `cube` (DirectVoxGO "
+        "v2's, with the max-norm): grid.bounds is then the inner region, mapped onto the unit "
+        "ball (cube), the rest of the world is contracted into the shell out to radius 2, the "
+        "grids cover the cube [-2, 2]^3, and there is no background colour (the sky is content "
+        "at `far`). See docs/unbounded.md.",
+        "none",
+    )
+    far: float = doc(
+        "nerf, contraction: where rays end, in world units (beyond the scene's furthest content).",
+        1000.0,
+    )
+    outer_samples: int = doc(
+        "nerf, contraction: samples per ray beyond the inner region, evenly spaced in the "
+        "contracted space (0: as many as steps of `step_ratio` voxels across the shell).",
+        0,
+    )
     optimizer: str = doc(
         "nerf: `adam` (torch.optim.Adam: every voxel of both grids moves every step) or "
         "`masked_adam` (grid.MaskedAdam, as DirectVoxGO: only the grid voxels whose gradient "
@@ -177,6 +199,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("sample_color_weight", "entropy_weight"):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
+    validate_contraction(c)
     if n.fit_box and not c.train.upsample_steps:
         raise ConfigError("nerf.fit_box: needs train.upsample_steps (it acts at the first)")
     if not n.fit_box_margin >= 0:
@@ -205,6 +228,32 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
 
 
+def validate_contraction(c: Config) -> None:
+    """`nerf.contraction`, `nerf.far`, `nerf.outer_samples` and what they rule out."""
+    n = c.nerf
+    if n.contraction not in CONTRACTIONS:
+        raise ConfigError(
+            f"nerf.contraction: expected one of {', '.join(CONTRACTIONS)}, got {n.contraction!r}"
+        )
+    positive(n.far, "nerf.far")
+    if n.outer_samples < 0:
+        raise ConfigError(f"nerf.outer_samples: expected an integer >= 0, got {n.outer_samples}")
+    if n.contraction == "none":
+        return
+    lo, hi = c.grid.bounds
+    reach = max(max(abs(v) for v in lo), max(abs(v) for v in hi))
+    if n.far <= 2 * reach:
+        raise ConfigError(
+            f"nerf.far: expected a distance well beyond the inner region grid.bounds "
+            f"(more than {2 * reach:g}, twice its furthest coordinate), got {n.far:g}"
+        )
+    if n.fit_box:
+        raise ConfigError(
+            f"nerf.fit_box: not with nerf.contraction = '{n.contraction}' (the grids hold the "
+            f"whole world; fit_box would crop them to the object's box): set one of them off"
+        )
+
+
 def graph_problem(c: Config) -> str | None:
     """Why the steps of this nerf config cannot be captured as CUDA graphs, or None: the
     fused renderer plans its buffers (fixed shapes between measurements), the torch one
@@ -213,6 +262,11 @@ def graph_problem(c: Config) -> str | None:
     renderer = n.renderer
     if renderer == "auto":
         renderer = "fused" if c.grid.backend == "native" else "torch"
+    if n.contraction != "none":
+        return (
+            f"nerf.contraction = '{n.contraction}' samples rays with PyTorch ops that read the "
+            f"sample counts back every step"
+        )
     if renderer != "fused":
         return (
             f"the {renderer} renderer reads the sample counts back every step (the fused "

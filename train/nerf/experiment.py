@@ -62,22 +62,12 @@ def make_model(
 ) -> VoxelNeRF:
     """The VoxelNeRF of `config.nerf` at `resolution`, sampling every `nerf.step_ratio`
     voxels of the `final` grid, on `backend` ("native" or "grid_sample")."""
-    n = config.nerf
+    keys = ("color_features", "hidden", "view_frequencies", "step_ratio", "alpha_init")
+    keys += ("occupancy_threshold", "weight_threshold", "mlp_dtype", "renderer")
+    keys += ("contraction", "far", "outer_samples")
+    options = {key: getattr(config.nerf, key) for key in keys}
     return VoxelNeRF(
-        config.grid.bounds,
-        resolution,
-        final,
-        color_features=n.color_features,
-        hidden=n.hidden,
-        view_frequencies=n.view_frequencies,
-        step_ratio=n.step_ratio,
-        alpha_init=n.alpha_init,
-        occupancy_threshold=n.occupancy_threshold,
-        weight_threshold=n.weight_threshold,
-        mlp_dtype=n.mlp_dtype,
-        backend=backend,
-        renderer=n.renderer,
-        device=device,
+        config.grid.bounds, resolution, final, backend=backend, device=device, **options
     )
 
 
@@ -304,7 +294,7 @@ class NerfExperiment:
         """Whether the grids were moved onto a fitted box (saved with them: a resumed run
         knows)."""
         box = torch.tensor(self.model.bounds_list, dtype=torch.float32)
-        return not torch.equal(box, torch.tensor(self.config.grid.bounds, dtype=torch.float32))
+        return not torch.equal(box, torch.tensor(self.model.home_bounds, dtype=torch.float32))
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss, batch MSE): render `train.batch_size` random training rays."""

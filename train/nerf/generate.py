@@ -1,9 +1,12 @@
 """Writes a shipped scene in the Blender (NeRF-synthetic) layout: the procedural one
-(`train.nerf.scene`, analytic solids) or the realistic one (`train.nerf.realistic`: fine
-detail, thin parts, glass, mirror reflections; several times slower to render).
+(`train.nerf.scene`, analytic solids), the realistic one (`train.nerf.realistic`: fine
+detail, thin parts, glass, mirror reflections; several times slower to render) or the
+unbounded one (`train.nerf.outdoor`: an object on ground that runs to the horizon, a sky;
+its own cameras, on full orbits at varying height and radius).
 
     python -m train.nerf.generate --out data/nerf_scene --size 64 [--train N --val N --test N]
     python -m train.nerf.generate --scene realistic --out data/nerf_realistic --size 64
+    python -m train.nerf.generate --scene unbounded --out data/nerf_unbounded --size 64
 
 Cameras sit on a sphere of radius 4 looking at the origin (z is up, as in the original
 scenes): train and val on Fibonacci spirals over elevations -20..75 degrees (different
@@ -26,30 +29,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .cameras import CAMERA_ANGLE_X, look_at_origin
 from .scene import SCENE_BOUNDS
 
 # The label scene.json records (unchanged since the scene lived in train/nerf_scene.py, so
 # scenes generated before still load without being regenerated).
 GENERATOR = "train.nerf_scene"
 VERSION = 1  # the procedural scene's; bump whenever its images would change
-SCENES = {"procedural": VERSION, "realistic": 1}  # scene -> version (loaders regenerate older)
+SCENES = {
+    "procedural": VERSION,
+    "realistic": 1,
+    "unbounded": 1,
+}  # scene -> version (loaders regenerate older)
 CAMERA_RADIUS = 4.0
-CAMERA_ANGLE_X = 0.6911112070083618  # the original scenes' field of view (radians)
 TEST_ELEVATION = math.radians(30.0)
 ELEVATIONS = (math.radians(-20.0), math.radians(75.0))  # train / val band
-
-
-def look_at_origin(position: Tensor) -> Tensor:
-    """Camera positions [V, 3] -> OpenGL camera-to-world [V, 4, 4] looking at the origin, z up."""
-    back = position / position.norm(dim=-1, keepdim=True)  # the camera's +z axis
-    up = torch.tensor([0.0, 0.0, 1.0], dtype=position.dtype).expand_as(back)
-    right = torch.linalg.cross(up, back)
-    right = right / right.norm(dim=-1, keepdim=True)
-    true_up = torch.linalg.cross(back, right)
-    c2w = torch.zeros(position.shape[0], 4, 4, dtype=position.dtype)
-    c2w[:, :3, 0], c2w[:, :3, 1], c2w[:, :3, 2], c2w[:, :3, 3] = right, true_up, back, position
-    c2w[:, 3, 3] = 1.0
-    return c2w
 
 
 def _spherical(azimuth: Tensor, elevation: Tensor) -> Tensor:
@@ -89,12 +83,16 @@ def camera_poses(n_train: int, n_val: int, n_test: int, seed: int) -> dict[str, 
 
 
 def scene_module(scene: str):
-    """The module that defines `scene` ("procedural" or "realistic"): its SCENE_BOUNDS,
-    STEP, render_rays and (realistic) SUPERSAMPLE."""
+    """The module that defines `scene`: its STEP, render_rays, (but procedural)
+    SUPERSAMPLE and, where it has its own cameras, camera_poses and CAMERA_ANGLE_X."""
     if scene == "realistic":
         from . import realistic
 
         return realistic
+    if scene == "unbounded":
+        from . import outdoor
+
+        return outdoor
     from . import scene as procedural
 
     return procedural
@@ -125,7 +123,7 @@ def render_views(
         on_gpu = torch.device(device).type == "cuda"
         chunk = (1 << 23 if k > 1 else 1 << 21) if on_gpu else 1 << 19
     fine = size * k
-    focal = 0.5 * fine / math.tan(0.5 * CAMERA_ANGLE_X)
+    focal = 0.5 * fine / math.tan(0.5 * getattr(module, "CAMERA_ANGLE_X", CAMERA_ANGLE_X))
     group = max(1, chunk // (fine * fine))  # views rendered together
     out = []
     for first in range(0, len(c2w), group):
@@ -183,6 +181,7 @@ def scene_metadata(
     }
     if scene != "procedural":
         metadata.update(scene=scene, supersample=module.SUPERSAMPLE)
+    metadata.update(getattr(module, "METADATA", {}))
     return metadata
 
 
@@ -219,7 +218,8 @@ def generate_scene(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir(parents=True)
-        _write_splits(staging, camera_poses(n_train, n_val, n_test, seed), size, device, scene)
+        poses = getattr(scene_module(scene), "camera_poses", camera_poses)
+        _write_splits(staging, poses(n_train, n_val, n_test, seed), size, device, scene)
         (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
         if out_dir.exists():  # moved aside whole, then deleted: never half a scene there
             out_dir.rename(old)
@@ -247,7 +247,8 @@ def _write_splits(root: Path, poses: dict[str, Tensor], size: int, device: str, 
             Image.fromarray(pixels).save(root / split / f"r_{k}.png")
             frames.append({"file_path": f"./{split}/r_{k}", "transform_matrix": c2w[k].tolist()})
         first += len(c2w)
-        meta = {"camera_angle_x": CAMERA_ANGLE_X, "frames": frames}
+        angle = getattr(scene_module(scene), "CAMERA_ANGLE_X", CAMERA_ANGLE_X)
+        meta = {"camera_angle_x": angle, "frames": frames}
         (root / f"transforms_{split}.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -312,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="torch device to render on")
     args = parser.parse_args(argv)
     if args.out is None:
-        args.out = "data/nerf_realistic" if args.scene == "realistic" else "data/nerf_scene"
+        args.out = {"realistic": "data/nerf_realistic", "unbounded": "data/nerf_unbounded"}.get(
+            args.scene, "data/nerf_scene"
+        )
     start = time.perf_counter()
     try:
         out = generate_scene(

@@ -29,6 +29,12 @@ with buffers of planned size, so a CUDA step never waits for the GPU). "auto" is
 native backend and "torch" on grid_sample, which stays the plain-PyTorch baseline. Both give
 the same renders up to float rounding (the fused weights are a float32 product, the torch ones
 a float64 sum of logarithms).
+
+`contraction` ("sphere" or "cube", `grid.contract`) makes the model unbounded: `bounds` is then
+the inner region, both grids cover the contracted cube [-2, 2]^3 that holds the whole world,
+rays are sampled out to `far` by `grid.sample_contracted` (evenly in the inner region, then
+evenly in the contracted space) and there is no background: what lies beyond everything (the
+sky) is content at the far end (`train/nerf/unbounded.py`).
 """
 
 from __future__ import annotations
@@ -42,12 +48,15 @@ from torch import Tensor, nn
 
 from grid import OccupancyGrid, VoxelGrid, composite, composite_weights, march_rays
 from grid._boxes import check_inside, lattice
+from grid.contraction import CONTRACTED_BOUNDS, KINDS
 from grid.voxel_grid import _replace_data
 
 from .render import SampleCapacity, positional_encoding, render_fused
+from .unbounded import render_contracted
 
 BACKENDS = ("native", "grid_sample")
 RENDERERS = ("auto", "fused", "torch")
+CONTRACTIONS = ("none", *KINDS)
 
 
 class ChannelsFirstGrid(nn.Module):
@@ -167,6 +176,11 @@ class VoxelNeRF(nn.Module):
             else in float32.
         backend: "native" (VoxelGrid, grid.sample) or "grid_sample" (F.grid_sample).
         renderer: "auto", "fused" or "torch" (see the module docstring).
+        contraction: "none" (the grids cover `bounds`, nothing outside), or "sphere" / "cube"
+            (unbounded: `bounds` is the inner region of `grid.contract`).
+        far: with a contraction, where rays end (world units).
+        outer_samples: with a contraction, samples per ray beyond the inner region (0: as
+            many as steps of `step_ratio` voxels across the contracted shell).
 
     Attributes:
         capacity: the fused renderer's buffer sizes (`train.nerf.render.SampleCapacity`);
@@ -191,9 +205,21 @@ class VoxelNeRF(nn.Module):
         mlp_dtype: str = "float32",
         backend: str = "native",
         renderer: str = "auto",
+        contraction: str = "none",
+        far: float = 1000.0,
+        outer_samples: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        if contraction not in CONTRACTIONS:
+            expected = ", ".join(CONTRACTIONS)
+            raise ValueError(f"contraction: expected one of {expected}, got {contraction!r}")
+        if not far > 0 or not outer_samples >= 0:
+            raise ValueError(f"far, outer_samples: expected > 0, >= 0, got {far}, {outer_samples}")
+        self.contraction, self.far, self.outer_samples = contraction, float(far), outer_samples
+        self.inner_bounds = [list(map(float, b)) for b in bounds]
+        if contraction != "none":
+            bounds = CONTRACTED_BOUNDS
         if renderer not in RENDERERS:
             raise ValueError(f"renderer: expected one of {', '.join(RENDERERS)}, got {renderer!r}")
         if mlp_dtype not in MLP_DTYPES:
@@ -208,6 +234,7 @@ class VoxelNeRF(nn.Module):
         size = _triple(resolution)
         final = _triple(final_resolution)
         self.bounds_list = [list(map(float, b)) for b in bounds]
+        self.home_bounds = [list(b) for b in self.bounds_list]  # the grids' box at the start
         self.backend = backend
         self.density = make_grid(backend, size, 1, bounds, device)
         self.color = make_grid(backend, size, color_features, bounds, device)
@@ -253,8 +280,17 @@ class VoxelNeRF(nn.Module):
         return mean_spacing(self.bounds_list, self.resolution)
 
     def step_size(self) -> float:
-        """World distance between consecutive samples along a ray."""
-        return self.step_ratio * self.voxel_size()
+        """World distance between consecutive samples along a ray (with a contraction: in
+        the inner region, the step of the contracted grid on the inner box's shortest axis)."""
+        step = self.step_ratio * self.voxel_size()
+        if self.contraction == "none":
+            return step
+        lo, hi = self.inner_bounds
+        return step * min(b - a for a, b in zip(lo, hi, strict=True)) / 2
+
+    def outer_count(self) -> int:
+        """With a contraction, the samples of a ray beyond the inner region."""
+        return self.outer_samples or math.ceil(1.0 / (self.step_ratio * self.voxel_size()))
 
     def max_steps(self) -> int:
         """Step positions that cover the box's diagonal (unit directions): the fused
@@ -262,8 +298,9 @@ class VoxelNeRF(nn.Module):
         return math.ceil(math.dist(*self.bounds_list) / self.step_size()) + 2
 
     def interval(self) -> float:
-        """The sample step in voxels of the final grid: alpha = 1 - exp(-sigma * interval)."""
-        return self.step_size() / self.final_voxel
+        """The sample step in voxels of the final grid: alpha = 1 - exp(-sigma * interval)
+        (with a contraction, that of the steps in the inner region)."""
+        return self.step_ratio * self.voxel_size() / self.final_voxel
 
     # ---- fields ---------------------------------------------------------------------------
 
@@ -315,6 +352,8 @@ class VoxelNeRF(nn.Module):
         """Both grids and the occupancy grid resampled onto the sub-box `bounds` at
         `resolution` (`VoxelGrid.crop`), carrying the optimiser's moments. The density
         keeps its scale: `interval` stays measured in voxels of the configured final grid."""
+        if self.contraction != "none":
+            raise ValueError("fit_box: not with a contraction (the grids hold the whole world)")
         size = _triple(resolution)
         self.occupancy_grid.crop(bounds, size)  # first: it checks the box before any change
         self.density.crop(bounds, size, optimizer)
@@ -346,7 +385,8 @@ class VoxelNeRF(nn.Module):
 
         Args:
             origins, directions: [R, 3] world rays (directions of unit length).
-            background: [3] colour behind the scene.
+            background: [3] colour behind the scene (not used with a contraction: the far
+                end of every ray is part of the field).
             near: no samples before this distance.
             exact: fused renderer: size the buffers exactly (reads the sample counts back)
                 rather than as planned; None: as `sizing` says.
@@ -359,6 +399,8 @@ class VoxelNeRF(nn.Module):
             sample_weight [V] (compositing weights, no gradient) and sample_ray [V] (their
             ray, in [0, R]: the fused renderer's padding rows have weight 0 and ray R).
         """
+        if self.contraction != "none":
+            return render_contracted(self, origins, directions, near)
         if self.renderer == "fused":
             if exact is None:
                 planned = self.sizing == "planned" or (

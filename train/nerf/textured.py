@@ -33,7 +33,7 @@ from torch import Tensor
 import grid
 
 from .blender import Views, camera_rays
-from .generate import CAMERA_ANGLE_X, look_at_origin
+from .cameras import CAMERA_ANGLE_X, look_at_origin
 
 DISC_RADIUS = 1.4
 SPHERE = ((0.0, 0.0, 0.5), 0.5)
