@@ -69,6 +69,12 @@
 # checkout. GRID_NO_CUDA=1 builds and checks a CPU wheel instead (the same steps on a machine
 # without a GPU). Writes to $OUT: wheel.log (all output) and the sdist and wheel (dist/); the venv
 # and the run directory stay in WHEEL_DIR (default /tmp/grid_wheel).
+#   bash bench/gpu.sh sdf
+# `sdf`: S2 (bench/sdf_seconds.py): the whole sdf command, points in, mesh out, as a user
+# runs it: grid built in place first (setup.py build_ext --inplace, as `pip install -e`
+# does; no JIT load at start-up), then configs/sdf_scan_gpu.toml on each of SDF_POINTS
+# (default .anchors/scans/*.npy, oriented points as bench/sdf_inputs.py makes them) at
+# SDF_RESOLUTIONS (default 256,512), full and mesh-only. Writes $OUT/sdf.json, sdf.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,7 +109,34 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
   | tee -a "$OUT/device.txt"
 
-if [ "$what" != wheel ]; then
+if [ "$what" = sdf ]; then
+  start=$(date +%s)
+  python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }
+  python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)"
+  echo "build: $(($(date +%s) - start)) s"
+  if [ -n "${TESTS:-}" ]; then
+    # shellcheck disable=SC2086  # TESTS is a list of paths
+    python3 -m pytest -q -p no:cacheprovider -rfE $TESTS 2>&1 | tee "$OUT/tests.log" | tail -n 15
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
+  if [ -n "${SDF_PROFILE:-}" ]; then  # where a 256^3 mesh-only run's seconds go
+    { python3 -X importtime -c "import train.__main__" 2>&1 | sort -t'|' -k2 -n | tail -n 12
+      python3 -c "import time; t = time.perf_counter(); import torch; a = time.perf_counter()
+torch.zeros(1, device='cuda'); b = time.perf_counter(); import torch._dynamo; c = time.perf_counter()
+print(f'import torch {a - t:.2f} s, CUDA init {b - a:.2f} s, import torch._dynamo {c - b:.2f} s')"
+      python3 -m cProfile -o /tmp/sdf.prof -m train --config configs/sdf_scan_gpu.toml \
+        --out /tmp/sdf_profile --overwrite --set points.path="$SDF_PROFILE" --set eval.chamfer=false \
+        --set output.pictures=false --set output.progress=false
+      python3 -c "import pstats; pstats.Stats('/tmp/sdf.prof').sort_stats('cumulative').print_stats(60)"
+    } >"$OUT/profile.txt" 2>&1
+  fi
+  # shellcheck disable=SC2086  # SDF_POINTS is a list of paths
+  python3 bench/sdf_seconds.py ${SDF_POINTS:-.anchors/scans/*.npy} --config configs/sdf_scan_gpu.toml \
+    --resolutions "${SDF_RESOLUTIONS:-256,512}" --json "$OUT/sdf.json" --md "$OUT/sdf.md" "$@" \
+    2>&1 | tee "$OUT/sdf.log" | tail -n 30
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" != wheel ] && [ "$what" != sdf ]; then
   start=$(date +%s)
   GRID_VERBOSE_BUILD=1 python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)" \
     >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }

@@ -156,7 +156,7 @@ def marching_cubes(
     for axis in range(3):
         n = size[axis] - 1
         at = (below.narrow(axis, 0, n) != below.narrow(axis, 1, n)).nonzero()  # [E, 3]
-        keys.append(at @ strides + axis * volume)
+        keys.append((at * strides).sum(1) + axis * volume)
         for side in range(4):
             cell = at.clone()
             for k, other in enumerate(a for a in range(3) if a != axis):
@@ -164,10 +164,10 @@ def marching_cubes(
             inside = ((cell >= 0) & (cell < torch.tensor(size, device=device) - 1)).all(1)
             cells.append(cell[inside])
     keys = torch.cat(keys)  # [V]
-    cells = torch.unique(torch.cat(cells) @ strides)  # [A] each cell's corner 0, linear
+    cells = torch.unique((torch.cat(cells) * strides).sum(1))  # [A] each cell's corner 0, linear
 
     # each cell's case: bit i set where corner i is below the level
-    corner_offset = torch.tensor(_CORNERS, device=device) @ strides  # [8]
+    corner_offset = (torch.tensor(_CORNERS, device=device) * strides).sum(1)  # [8]
     corner_below = below.reshape(-1)[cells.unsqueeze(1) + corner_offset]  # [A, 8]
     case = (corner_below.long() << torch.arange(8, device=device)).sum(1)  # [A]
     edges = table[case]  # [A, 3 * most], -1 padded

@@ -152,7 +152,7 @@ def test_tiny_run_writes_the_run_directory(tmp_path, capsys):
     # where the command's time went, Python start to the last picture, also on stderr
     phases = summary["phases"]
     keys = ["start_up", "setup", "train", "evaluations_and_checkpoints", "final_evaluation"]
-    assert list(phases) == [*keys, "files", "pictures", "total"], phases
+    assert list(phases) == [*keys, "files", "checkpoint", "pictures", "total"], phases
     assert all(v >= 0 for v in phases.values()) and phases["pictures"] > 0
     assert phases["train"] == pytest.approx(summary["train_seconds"])
     assert sum(phases[k] for k in keys + ["files", "pictures"]) <= phases["total"] * 1.01

@@ -350,11 +350,15 @@ def _train(
         is_eval = step % c.eval.every == 0 or step == steps
         if eval_times and not is_eval:  # host time: the step has synchronised (or nearly)
             is_eval = train_seconds + time.perf_counter() - segment_start >= eval_times[0]
-        is_checkpoint = (
-            step == end
-            or stop
-            or due
-            or (c.output.checkpoint_every and step % c.output.checkpoint_every == 0)
+        # a finished run's checkpoint is written after its files (write_results): the
+        # mesh or pictures a user waits for do not wait for it
+        is_checkpoint = stop or (
+            step < steps
+            and (
+                step == end
+                or due
+                or bool(c.output.checkpoint_every and step % c.output.checkpoint_every == 0)
+            )
         )
         if is_eval or is_checkpoint:
             _sync(device)
@@ -429,10 +433,18 @@ def _train(
             path.write_text(json.dumps({**summary, "phases": phases}, indent=2) + "\n")
 
     def write_results() -> None:
-        write_summary()
+        # the files first (sdf: mesh.ply, what a user waits for), then the checkpoint,
+        # then the summary: a summary or a picture that cannot be written leaves this
+        # step's checkpoint to resume from
         start = time.perf_counter()
         exp.write_files(out, summary)
         phases["files"] = time.perf_counter() - start
+        if progress.saved != step:  # not already written by a signal or the clock
+            start = time.perf_counter()
+            save_checkpoint(out / CHECKPOINT, state())
+            progress.saved = step
+            phases["checkpoint"] = time.perf_counter() - start
+        write_summary()
         if c.output.pictures:
             start = time.perf_counter()
             exp.write_pictures(out, log.read(), summary)
@@ -442,5 +454,6 @@ def _train(
         print("phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()), file=sys.stderr)
 
     world.on_main(write_results)
+    progress.saved = step
     summary["phases"] = phases
     return summary
