@@ -20,11 +20,11 @@ POINTS_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "sphere": ("count", "seed", "radius", "center", *NORMAL_KEYS),
     "torus": ("count", "seed", "major_radius", "minor_radius", "center", *NORMAL_KEYS),
     "box": ("count", "seed", "half_size", "center", *NORMAL_KEYS),
-    "file": ("path", *NORMAL_KEYS),
+    "file": ("path", "fit_box", *NORMAL_KEYS),
 }
 NORMALS = ("given", "estimate")
 KEEP = ("all", "supported")
-POINT_FILE_SUFFIXES = (".npy", ".xyz", ".ply")
+POINT_FILE_SUFFIXES = (".npy", ".xyz", ".pwn", ".ply")
 
 
 @dataclass
@@ -48,17 +48,24 @@ class PointsConfig:
     half_size: list[float] = doc("sdf, box: half extents along x, y, z.", [0.5, 0.35, 0.25])
     path: str = doc(
         "sdf, file: an oriented point cloud, `.npy` ([N, 6] rows x, y, z, nx, ny, nz, or a "
-        "structured array with those fields), `.xyz` (text, `x y z nx ny nz` per line) or "
-        "`.ply` (ascii or binary_little_endian, vertex properties x, y, z, nx, ny, nz). Every "
-        "point must lie inside grid.bounds; normals are normalised (relative paths: from the "
-        "current directory).",
+        "structured array with those fields), `.xyz` or `.pwn` (text, `x y z nx ny nz` per "
+        "line, an optional first line with the count) or `.ply` (ascii or binary, vertex "
+        "properties x, y, z, nx, ny, nz). Every point must lie inside grid.bounds (or "
+        "`points.fit_box`); normals are normalised (relative paths: from the current "
+        "directory).",
         "",
+    )
+    fit_box: bool = doc(
+        "sdf, file: replace grid.bounds by a cube around the points (centred on their "
+        "bounding box, which fills 90% of its side), so a scan in any units and place fits "
+        "without editing the box; the run's config.toml records the box used.",
+        False,
     )
     normals: str = doc(
         "sdf: `given` (the file's normals, or the shape's exact ones) or `estimate`: normals "
         "estimated from the points alone (local PCA over `points.normal_neighbours` "
         "neighbours, oriented outwards: train/sdf/normals.py), for points without normals "
-        "(a 3-column .npy or .xyz, a .ply without nx, ny, nz); a file's normals, if any, "
+        "(a 3-column .npy, .xyz or .pwn, a .ply without nx, ny, nz); a file's normals, if any, "
         "are then ignored.",
         "given",
     )
@@ -133,7 +140,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     if p.kind == "file":
         if not p.path:
             raise ConfigError(
-                "points.path: required when points.kind = 'file' (a .npy, .xyz or .ply file)"
+                "points.path: required when points.kind = 'file' (a .npy, .xyz, .pwn or .ply file)"
             )
         file = Path(p.path).expanduser().resolve()
         if file.suffix.lower() not in POINT_FILE_SUFFIXES:
@@ -144,6 +151,10 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
                 key="points.path",
             )
         p.path = str(file)  # absolute: a resumed run may start in another directory
+        if p.fit_box:
+            from .points import fitted_box, read_point_cloud
+
+            c.grid.bounds = fitted_box(read_point_cloud(file, normals=False).points)
     choice(p.normals, NORMALS, "points.normals")
     if p.denoise != 0 and p.denoise < 6:
         raise ConfigError(f"points.denoise: expected 0 (off) or an integer >= 6, got {p.denoise}")

@@ -8,8 +8,10 @@ Two sources:
   - `.npy`: a float or integer array of shape [N, 6], rows `x y z nx ny nz`, or a
     structured array with (at least) the fields x, y, z, nx, ny, nz. Pickled objects
     (a saved dict) are refused: loading them runs arbitrary code.
-  - `.xyz`: text, one point per line, `x y z nx ny nz` separated by spaces, tabs or
-    commas; blank lines and lines starting with `#` are skipped.
+  - `.xyz` and `.pwn` (CGAL's name for the same text): one point per line, `x y z nx ny
+    nz` separated by spaces, tabs or commas (`x y z` alone when the normals are to be
+    estimated); blank lines and lines starting with `#` are skipped; a first line holding
+    one integer alone is a point count (CGAL's readers accept one) and must match.
   - `.ply`: ascii or binary (little or big endian), a `vertex` element with the
     properties x, y, z, nx, ny, nz (any scalar types; other properties and elements, such
     as a mesh's faces, are ignored). Read with plyfile, an optional dependency.
@@ -141,7 +143,7 @@ def _box(half: list[float], n: int, gen: torch.Generator) -> tuple[Tensor, Tenso
 
 
 def read_point_cloud(path: str | Path, key: str = KEY, normals: bool = True) -> PointCloud:
-    """The oriented point cloud in `path` (.npy, .xyz or .ply; see the module docstring).
+    """The oriented point cloud in `path` (.npy, .xyz, .pwn or .ply; see the module docstring).
     normals=False: the points alone (3 or 6 columns, any normals ignored; the cloud's
     normals are zeros, to be estimated).
 
@@ -152,14 +154,16 @@ def read_point_cloud(path: str | Path, key: str = KEY, normals: bool = True) -> 
     if suffix == ".npy":
         array = read_input(file, lambda f: np.load(f, allow_pickle=False), ".npy array", key=key)
         rows = _npy_rows(file, array, key, normals)
-    elif suffix == ".xyz":
-        data = read_input(file, Path.read_bytes, ".xyz file", key=key)
+    elif suffix in (".xyz", ".pwn"):
+        data = read_input(file, Path.read_bytes, f"{suffix} file", key=key)
         rows = _xyz_rows(file, data, key, normals)
     elif suffix == ".ply":
         rows = _ply_rows(file, key, normals)
     else:
         raise InputFileError(
-            file, f"unknown point-cloud format {suffix!r}; expected .npy, .xyz or .ply", key=key
+            file,
+            f"unknown point-cloud format {suffix!r}; expected .npy, .xyz, .pwn or .ply",
+            key=key,
         )
     if not normals:
         rows = np.concatenate([rows[:, :3], np.ones((len(rows), 3))], axis=1)
@@ -242,7 +246,7 @@ def _npy_rows(file: Path, array: np.ndarray, key: str, normals: bool) -> np.ndar
 
 
 def _xyz_rows(file: Path, data: bytes, key: str, normals: bool) -> np.ndarray:
-    """[N, 6] rows ([N, 3] or [N, 6] without `normals`) of an .xyz file."""
+    """[N, 6] rows ([N, 3] without `normals`) of an .xyz or .pwn file."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -250,27 +254,34 @@ def _xyz_rows(file: Path, data: bytes, key: str, normals: bool) -> np.ndarray:
             file, "not a text file (expected x y z nx ny nz per line)", key=key
         ) from None
     rows: list[list[float]] = []
+    count: tuple[int, int] | None = None  # (line, points) of a count header
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         parts = re.split(r"[\s,]+", line)
+        if len(parts) == 1 and not rows and count is None and parts[0].isdigit():
+            count = (number, int(parts[0]))  # CGAL's optional point count
+            continue
         if not normals and len(parts) in (3, 6):
             parts = parts[:3]
         elif len(parts) != 6:
             what = "points without normals" if len(parts) == 3 else f"{len(parts)} values"
             hint = ESTIMATE if len(parts) == 3 else ""
-            raise InputFileError(
-                file,
-                f"line {number}: {what}; expected 6 values, x y z nx ny nz{hint}",
-                key=key,
-            )
+            expected = "6 values, x y z nx ny nz" if normals else "3 or 6 values, x y z [nx ny nz]"
+            raise InputFileError(file, f"line {number}: {what}; expected {expected}{hint}", key=key)
         try:
             rows.append([float(v) for v in parts])
         except ValueError:
             raise InputFileError(
                 file, f"line {number}: not a number in {line[:60]!r}", key=key
             ) from None
+    if count is not None and count[1] != len(rows):
+        raise InputFileError(
+            file,
+            f"line {count[0]}: a count of {count[1]} points, but the file holds {len(rows)}",
+            key=key,
+        )
     return np.array(rows, dtype=np.float64).reshape(-1, 6 if normals else 3)
 
 
@@ -310,6 +321,18 @@ def _ply_rows(file: Path, key: str, normals: bool) -> np.ndarray:
 # ---- the grid's box ---------------------------------------------------------------------
 
 
+#: The share of a fitted box's side that the points' bounding box fills (`fitted_box`).
+FILL = 0.9
+
+
+def fitted_box(points: Tensor) -> list[list[float]]:
+    """`points.fit_box`: the cube around points [N, 3] centred on their bounding box, its
+    side the box's largest side over FILL (so the points keep a margin of 5% of it)."""
+    low, high = points.min(dim=0).values.double(), points.max(dim=0).values.double()
+    centre, half = (low + high) / 2, (high - low).max().item() / FILL / 2 or 1.0
+    return [(centre - half).tolist(), (centre + half).tolist()]
+
+
 def check_inside(cloud: PointCloud, bounds: list[list[float]], source: str) -> None:
     """Refuse points outside the box `bounds` ([[xmin, ymin, zmin], [xmax, ymax, zmax]]).
 
@@ -331,7 +354,7 @@ def check_inside(cloud: PointCloud, bounds: list[list[float]], source: str) -> N
     problem = (
         f"{int(outside.sum())} of the {len(cloud)} points lie outside grid.bounds = "
         f"{bounds} (the first: point {first} at ({where})); set grid.bounds to a box that "
-        f"holds them, e.g. {box}"
+        f"holds them, e.g. {box}" + ("; or set points.fit_box = true" if source else "")
     )
     if source:
         raise InputFileError(source, problem, key=KEY)
