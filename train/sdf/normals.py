@@ -1,9 +1,17 @@
-"""Normals for points that have none (`points.normals = "estimate"`): local PCA over the
-k nearest neighbours, then one consistent orientation, outwards.
+"""Normals for points that have none (`points.normals = "estimate"`): local PCA over a
+neighbourhood sized per point, then one consistent orientation, outwards.
 
-1. Direction: the eigenvector of the smallest eigenvalue of the covariance of each point
-   and its `k` nearest neighbours (`neighbours.knn`): the normal of the plane that fits
-   them best, up to sign.
+1. Direction: the normal, at the point, of a quadric fitted to the point and its nearest
+   neighbours (`jet_normals`, a jet fit of degree 2 over their PCA plane; `neighbours.knn`),
+   up to sign. The neighbourhood is chosen per point (`adaptive_normals`) among SIZES x `k`
+   neighbours (k/2 to 2k) as the one with the least surface variation (the PCA plane's
+   least eigenvalue over their sum: its residual relative to the neighbourhood's size). On
+   a clean curved surface that is the smallest (curvature bends larger ones away from a
+   plane); where points scatter off the surface, a larger one (the scatter is a smaller
+   share of its size); a neighbourhood reaching across a sharp edge or a thin part fits
+   worse than a smaller one that does not. Measured against the face normals of three
+   scanned meshes (100k points): mean error 1.70 / 6.53 / 6.02 degrees against 2.20 / 8.32
+   / 7.49 for the 16-point plane fit this replaced (docs/sdf.md).
 2. Orientation from outside: every point is splatted into a grid over the box as a cube
    of about its k-th neighbour distance (so sparse regions still make a closed shell),
    and the empty cells reachable from the box's boundary without crossing the shell are
@@ -33,12 +41,41 @@ MAX_CELLS = 160
 SWEEPS = 500
 #: Closings tried (cells added to the points' cubes) against holes in the cloud.
 CLOSINGS = (0, 3, 6, 10)
+#: The neighbourhood sizes tried per point, in multiples of `k` (`adaptive_normals`).
+SIZES = (0.5, 0.75, 1.0, 1.5, 2.0)
+#: The quadric of `jet_normals` is fitted to at least this many neighbours (6 unknowns).
+QUADRIC_NEIGHBOURS = 8
 
 
 def pca_normals(points: Tensor, index: Tensor) -> Tensor:
     """[N, 3] unit normals (unoriented): the least-variance direction of each point and
     its neighbours `index` [N, k]."""
     return local_planes(points, index)[1]
+
+
+def adaptive_normals(points: Tensor, index: Tensor, sizes: list[int]) -> tuple[Tensor, Tensor]:
+    """([N, 3] unit normals (unoriented), [N] the neighbourhood size chosen): for each point
+    the PCA normal over the one of its `sizes` nearest neighbours (`index` [N, >= max],
+    nearest first) whose surface variation (least covariance eigenvalue over their sum) is
+    least. One pass of running sums over the sorted neighbours gives every size's
+    covariance; float64 on the CPU (as `local_planes`)."""
+    x = points.double().cpu()
+    group = torch.cat([x[:, None], x[index[:, : max(sizes)].cpu()]], dim=1) - x[:, None]
+    first = group.cumsum(dim=1)  # [N, K + 1, 3]
+    second = (group[..., :, None] * group[..., None, :]).cumsum(dim=1)  # [N, K + 1, 3, 3]
+    best = torch.full((len(x),), math.inf, dtype=torch.float64)
+    normals = torch.zeros(len(x), 3, dtype=torch.float64)
+    chosen = torch.zeros(len(x), dtype=torch.long)
+    for size in sorted(sizes):
+        mean = first[:, size] / (size + 1)
+        cov = second[:, size] / (size + 1) - mean[:, :, None] * mean[:, None, :]
+        values, vectors = torch.linalg.eigh(cov)
+        variation = values[:, 0].clamp(min=0) / values.sum(dim=1).clamp(min=1e-300)
+        take = variation < best
+        best = torch.where(take, variation, best)
+        normals = torch.where(take[:, None], vectors[:, :, 0], normals)
+        chosen = torch.where(take, size, chosen)
+    return normals.to(points), chosen.to(points.device)
 
 
 def outside_cells(
@@ -138,6 +175,36 @@ def _lookup(grid: Tensor, x: Tensor, lo: Tensor, cell: float) -> Tensor:
     return out
 
 
+def jet_normals(points: Tensor, index: Tensor, sizes: Tensor) -> Tensor:
+    """[N, 3] unit normals (unoriented) of quadrics fitted to each point's `sizes` [N]
+    nearest neighbours (`index` [N, >= max(sizes)], nearest first; sizes >= 6): in the
+    frame of the neighbourhood's PCA plane, the height h = a + b u + c v + d u^2 + e uv +
+    f v^2 fitted by least squares, and the normal of that surface at the point itself
+    (a jet fit of degree 2). A plane's normal is off by the neighbourhood's asymmetry times
+    its curvature; the quadric's is exact on any surface of degree 2 (measured on 20k
+    points: sphere 0.005 degrees against PCA's 0.37, torus 0.04 against 1.03)."""
+    x, index, sizes = points.double().cpu(), index.cpu(), sizes.cpu()
+    normals = torch.zeros(len(x), 3, dtype=torch.float64)
+    for size in sizes.unique().tolist():
+        rows = (sizes == size).nonzero()[:, 0]
+        group = torch.cat([x[rows, None], x[index[rows, :size]]], dim=1)
+        centred = group - group.mean(dim=1, keepdim=True)
+        frame = torch.linalg.eigh(centred.transpose(1, 2) @ centred)[1].flip(2).transpose(1, 2)
+        local = centred @ frame.transpose(1, 2)  # [R, size + 1, 3] (u, v, h)
+        u, v = local[..., 0], local[..., 1]
+        design = torch.stack([torch.ones_like(u), u, v, u * u, u * v, v * v], dim=-1)
+        gram = design.transpose(1, 2) @ design
+        trace = gram.diagonal(dim1=1, dim2=2).sum(-1)[:, None, None]
+        gram = gram + 1e-12 * trace * torch.eye(6, dtype=gram.dtype)
+        coef = torch.linalg.solve(gram, design.transpose(1, 2) @ local[..., 2:])[..., 0]
+        u0, v0 = u[:, 0], v[:, 0]  # the point itself, first in its group
+        du = coef[:, 1] + 2 * coef[:, 3] * u0 + coef[:, 4] * v0
+        dv = coef[:, 2] + coef[:, 4] * u0 + 2 * coef[:, 5] * v0
+        n = torch.stack([-du, -dv, torch.ones_like(du)], dim=1)
+        normals[rows] = (n / n.norm(dim=1, keepdim=True))[:, None].matmul(frame)[:, 0]
+    return normals.to(points)
+
+
 def estimate_normals(
     points: Tensor, bounds: list[list[float]], k: int = 16
 ) -> tuple[Tensor, dict[str, float]]:
@@ -145,8 +212,11 @@ def estimate_normals(
     decided: the shares of points oriented from outside, by their neighbours, and by the
     centroid (fallback)."""
     device = points.device
-    index, distance = knn(points, k)
-    normals = pca_normals(points, index)
+    sizes = sorted({max(3, min(round(k * f), len(points) - 1)) for f in SIZES})
+    index, distance = knn(points, max(sizes, default=k))
+    chosen = adaptive_normals(points, index, sizes)[1].clamp(min=QUADRIC_NEIGHBOURS)
+    normals = jet_normals(points, index, chosen).to(device)
+    index, distance = index[:, :k], distance[:, :k]
     # orientation from outside
     lo = torch.tensor(bounds[0], device=device)
     hi = torch.tensor(bounds[1], device=device)
@@ -182,6 +252,7 @@ def estimate_normals(
     away = ((points - points.mean(dim=0)) * normals).sum(dim=1) < 0
     normals = torch.where((rest & away)[:, None], -normals, normals)
     report = {
+        "normal_neighbours_median": float(chosen.float().median()),
         "closing_cells": closing,
         "oriented_from_outside": from_outside,
         "oriented_by_neighbours": by_neighbours,

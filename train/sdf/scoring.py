@@ -6,6 +6,8 @@ exact (the nearest point on the other mesh's triangles, `mesh.nearest_triangles`
 * `chamfer`: the Chamfer-L1 distance, the mean of the two directed mean distances
   (samples of the reconstruction to the true mesh, and back), over the box size (the
   largest side of the grid's box): a fraction of the box;
+* `distance_p99`: the 99th percentile of the distances of both directions, over the box
+  size (where the worst places are: a fold, a missing thin part);
 * `normal_consistency`: the mean |cos| between a sample's face normal and the normal of
   the triangle nearest to it on the other mesh, over both directions (1: every normal
   right up to orientation);
@@ -67,7 +69,7 @@ def score_mesh(
         true_components = len(face_components(truth.faces, len(truth.vertices))[1])
     out: dict[str, Any] = {"faces": len(mesh.faces), "true_components": true_components}
     if len(mesh.faces) == 0:
-        nothing = ("chamfer", "normal_consistency", "fscore", "precision", "recall")
+        nothing = ("chamfer", "distance_p99", "normal_consistency", "fscore", "precision", "recall")
         return {**out, **dict.fromkeys(nothing), "components": 0, "debris_faces": 0}
     ours, our_normals, _ = sample_mesh(mesh, samples, seed)
     true, true_normals, _ = sample_mesh(truth, samples, seed + 1)
@@ -87,6 +89,7 @@ def score_mesh(
         "chamfer": float(to_truth.mean() + to_ours.mean()) / 2 / box_size,
         "accuracy": float(to_truth.mean()) / box_size,  # reconstruction -> truth
         "completeness": float(to_ours.mean()) / box_size,  # truth -> reconstruction
+        "distance_p99": float(np.quantile(np.concatenate([to_truth, to_ours]), 0.99)) / box_size,
         "normal_consistency": float(cos_ours.mean() + cos_true.mean()) / 2,
         "fscore": 2 * precision * recall / max(precision + recall, 1e-30),
         "precision": precision,
