@@ -63,15 +63,15 @@ class PointsConfig:
     )
     normals: str = doc(
         "sdf: `given` (the file's normals, or the shape's exact ones) or `estimate`: normals "
-        "estimated from the points alone (local PCA over `points.normal_neighbours` "
-        "neighbours, oriented outwards: train/sdf/normals.py), for points without normals "
+        "estimated from the points alone (a quadric fitted over each point's neighbours, "
+        "oriented outwards: train/sdf/normals.py), for points without normals "
         "(a 3-column .npy, .xyz or .pwn, a .ply without nx, ny, nz); a file's normals, if any, "
         "are then ignored.",
         "given",
     )
     normal_neighbours: int = doc(
-        'sdf, `points.normals = "estimate"`: neighbours of each point its normal is '
-        "fitted to (more: less noise, rounder edges).",
+        'sdf, `points.normals = "estimate"`: k: each normal is fitted to k/2, 3k/4, k, 3k/2 '
+        "or 2k neighbours, whichever lie nearest a plane (more: less noise, rounder edges).",
         16,
     )
     denoise: int = doc(
