@@ -9,6 +9,7 @@ still         seconds to render the full size x size frame once the camera stops
 moving        frames sent per second while the mouse drags the camera, and their size
 
 Frames are timed where they are sent (the server), not where the browser paints them.
+`--render-only` (no browser, no viser needed) times the render function alone.
 """
 
 from __future__ import annotations
@@ -104,14 +105,67 @@ def measure(run: Path, size: int, seconds: float, device: str) -> dict:
     }
 
 
+def measure_render(run: Path, size: int, seconds: float, device: str) -> dict:
+    """Without a browser (a GPU machine without chromium or viser): the viewer's own render
+    function (`train.nerf.view.render_bands` + `to_bytes`, what `grid-train view` calls
+    per frame) timed as the progressive renderer would call it: the first preview
+    (FIRST_PREVIEW pixels on the longer side, cold), full size x size frames, and previews
+    at the size that 1 / fps of the measured speed gives. No image encoding or transport."""
+    from train.checkpoint import load_checkpoint
+    from train.config import load_config
+    from train.nerf.view import home, load, render_bands, to_bytes
+    from train.viewer.progressive import FIRST_PREVIEW, MIN_PREVIEW
+
+    dev = torch.device(device)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    start = time.perf_counter()
+    config = load_config(run / "config.toml")
+    model, background = load(run, config, load_checkpoint(run, "nerf"), dev)
+    c2w, fov = home(config).c2w[0].double(), home(config).fov
+    loaded = time.perf_counter() - start
+
+    def frame(longer: int) -> float:
+        side = max(MIN_PREVIEW, longer)
+        sync()
+        t = time.perf_counter()
+        to_bytes(render_bands(model, background, c2w, fov, side, side))
+        sync()
+        return time.perf_counter() - t
+
+    first = frame(FIRST_PREVIEW)
+    full = [frame(size) for _ in range(5)]
+    speed = size * size / statistics.median(full)
+    longer = int(size * (speed / 20.0 / (size * size)) ** 0.5)  # a 20 fps budget
+    preview = max(MIN_PREVIEW, min(longer, size))
+    previews, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        previews.append(frame(preview))
+    return {
+        "device": str(dev),
+        "size": size,
+        "load_seconds": round(loaded, 3),
+        "first_preview_seconds": round(first, 4),
+        "full_frame_seconds": round(statistics.median(full), 4),
+        "preview_size": preview,
+        "preview_fps": round(len(previews) / sum(previews), 1),
+        "full_size_fps": round(1 / statistics.median(full), 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--render-only", action="store_true", help="no browser: render times")
     args = parser.parse_args()
-    print(json.dumps(measure(args.run, args.size, args.seconds, args.device), indent=1))
+    how = measure_render if args.render_only else measure
+    print(json.dumps(how(args.run, args.size, args.seconds, args.device), indent=1))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,9 @@
 # does; no JIT load at start-up), then configs/sdf_scan_gpu.toml on each of SDF_POINTS
 # (default .anchors/scans/*.npy, oriented points as bench/sdf_inputs.py makes them) at
 # SDF_RESOLUTIONS (default 256,512), full and mesh-only. Writes $OUT/sdf.json, sdf.md.
+#   bash bench/gpu.sh view
+# `view`: grid built as for `sdf`; NERF_CONFIG (default configs/nerf_realistic_gpu.toml)
+# trained, then bench/bench_viewer.py --render-only --size 512 on it ($OUT/view.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -109,16 +112,33 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
   | tee -a "$OUT/device.txt"
 
-if [ "$what" = sdf ]; then
+if [ "$what" = sdf ] || [ "$what" = view ]; then
   start=$(date +%s)
   python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }
   python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)"
   echo "build: $(($(date +%s) - start)) s"
+  # A pip-installed torch has its bytecode (.pyc) compiled at install; where the installed
+  # packages have none and Python may not write any (PYTHONDONTWRITEBYTECODE set, as on
+  # the GPU machines), every process compiles torch's sources again (seconds): a cache
+  # elsewhere, filled once, stands in for the .pyc files of an install.
+  python3 -c "import sys, torch, os; d = os.path.dirname(torch.__file__)
+print('bytecode: dont_write', sys.dont_write_bytecode, 'torch/__pycache__', os.path.isdir(d + '/__pycache__'), 'writable', os.access(d, os.W_OK))"
+  unset PYTHONDONTWRITEBYTECODE
+  export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pycache}
+  python3 -c "import train.__main__, torch._dynamo, scipy.sparse.csgraph, scipy.spatial, scipy.ndimage, matplotlib.pyplot"
   if [ -n "${TESTS:-}" ]; then
     # shellcheck disable=SC2086  # TESTS is a list of paths
     python3 -m pytest -q -p no:cacheprovider -rfE $TESTS 2>&1 | tee "$OUT/tests.log" | tail -n 15
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
+fi
+if [ "$what" = view ]; then
+  run=/tmp/view_run
+  python3 -m train --config "${NERF_CONFIG:-configs/nerf_realistic_gpu.toml}" --out "$run" --overwrite \
+    --set output.pictures=false --set output.progress=false 2>&1 | tail -n 3 | tee "$OUT/view.log"
+  python3 bench/bench_viewer.py "$run" --render-only --size 512 2>&1 | tee -a "$OUT/view.log"
+fi
+if [ "$what" = sdf ]; then
   if [ -n "${SDF_PROFILE:-}" ]; then  # where a 256^3 mesh-only run's seconds go
     { python3 -X importtime -c "import train.__main__" 2>&1 | sort -t'|' -k2 -n | tail -n 12
       python3 -c "import time; t = time.perf_counter(); import torch; a = time.perf_counter()
@@ -127,7 +147,7 @@ print(f'import torch {a - t:.2f} s, CUDA init {b - a:.2f} s, import torch._dynam
       python3 -m cProfile -o /tmp/sdf.prof -m train --config configs/sdf_scan_gpu.toml \
         --out /tmp/sdf_profile --overwrite --set points.path="$SDF_PROFILE" --set eval.chamfer=false \
         --set output.pictures=false --set output.progress=false
-      python3 -c "import pstats; pstats.Stats('/tmp/sdf.prof').sort_stats('cumulative').print_stats(60)"
+      python3 -c "import pstats; pstats.Stats('/tmp/sdf.prof').sort_stats('cumulative').print_stats('main/(train|grid)', 50)"
     } >"$OUT/profile.txt" 2>&1
   fi
   # shellcheck disable=SC2086  # SDF_POINTS is a list of paths
@@ -136,7 +156,7 @@ print(f'import torch {a - t:.2f} s, CUDA init {b - a:.2f} s, import torch._dynam
     2>&1 | tee "$OUT/sdf.log" | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
-if [ "$what" != wheel ] && [ "$what" != sdf ]; then
+if [ "$what" != wheel ] && [ "$what" != sdf ] && [ "$what" != view ]; then
   start=$(date +%s)
   GRID_VERBOSE_BUILD=1 python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)" \
     >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }

@@ -151,9 +151,12 @@ class Evaluation:
         the field has no zero level set)."""
         start = time.perf_counter()
         mesh = zero_level_set(model, interpolation, self.min_island)
-        removed = {"mesh_components": len(face_components(mesh.faces, len(mesh.vertices))[1])}
+        pieces = face_components(mesh.faces, len(mesh.vertices))
+        removed = {"mesh_components": len(pieces[1])}
         if self.keep == "supported":
-            mesh, components, faces = supported_components(mesh, self.inputs, self.support_ratio)
+            mesh, components, faces = supported_components(
+                mesh, self.inputs, self.support_ratio, pieces
+            )
             removed.update(removed_components=components, removed_faces=faces)
         self.mesh = mesh
         self.seconds = {"mesh": time.perf_counter() - start}

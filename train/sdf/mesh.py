@@ -206,15 +206,21 @@ def face_components(faces: np.ndarray, vertex_count: int) -> tuple[np.ndarray, n
     return rank[label], sizes[order]
 
 
-def supported_components(mesh: Mesh, points: np.ndarray, ratio: float) -> tuple[Mesh, int, int]:
+def supported_components(
+    mesh: Mesh,
+    points: np.ndarray,
+    ratio: float,
+    components: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[Mesh, int, int]:
     """The mesh without the connected components that the points do not support: those
     whose median distance from their vertices to the nearest of points [P, 3] is more than
     `ratio` times the median over all the mesh's vertices (so the test scales with the
     points' spacing and the voxel size by itself; the best supported component is always
-    kept). Returns (mesh, components removed, faces removed)."""
+    kept). `components`: the mesh's `face_components`, when already known. Returns (mesh,
+    components removed, faces removed)."""
     if len(mesh.faces) == 0:
         return mesh, 0, 0
-    label, sizes = face_components(mesh.faces, len(mesh.vertices))
+    label, sizes = components or face_components(mesh.faces, len(mesh.vertices))
     used = np.unique(mesh.faces.reshape(-1))
     distance = np.zeros(len(mesh.vertices))
     distance[used] = distance_to_points(mesh.vertices[used], points)
