@@ -39,11 +39,22 @@ def dependencies(config: Config) -> None:
         )
 
 
+def validate_and_fit_box(config: Config, explicit: dict[str, set[str]]) -> None:
+    """`config.validate`, then `points.fit_box`: grid.bounds becomes the cube around the
+    file's points (`points.fitted_box`), before anything reads the box."""
+    validate(config, explicit)
+    p = config.points
+    if p.kind == "file" and p.fit_box:
+        from .points import fitted_box, read_point_cloud
+
+        config.grid.bounds = fitted_box(read_point_cloud(p.path, normals=False).points)
+
+
 SPEC = ExperimentSpec(
     name="sdf",
     summary="a signed distance grid from the oriented points of `[points]`",
     sections={"points": PointsConfig, "sdf": SdfConfig},
-    validate=validate,
+    validate=validate_and_fit_box,
     experiment="SdfExperiment",
     unit="points",
     files=("mesh.ply", "mesh.png"),

@@ -151,10 +151,6 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
                 key="points.path",
             )
         p.path = str(file)  # absolute: a resumed run may start in another directory
-        if p.fit_box:
-            from .points import fitted_box, read_point_cloud
-
-            c.grid.bounds = fitted_box(read_point_cloud(file, normals=False).points)
     choice(p.normals, NORMALS, "points.normals")
     if p.denoise != 0 and p.denoise < 6:
         raise ConfigError(f"points.denoise: expected 0 (off) or an integer >= 6, got {p.denoise}")
