@@ -228,6 +228,7 @@ def test_the_resolved_config_keeps_the_kinds_keys_and_an_absolute_path(tmp_path,
     assert data["points"] == {
         "kind": "file",
         "path": str(tmp_path / "c.xyz"),
+        "fit_box": False,
         "normals": "given",
         "normal_neighbours": 16,
         "denoise": 0,
