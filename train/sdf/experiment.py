@@ -145,7 +145,8 @@ def _nearest_points(x: Tensor, points: Tensor, k: int) -> tuple[Tensor, Tensor]:
             distance, index = tree.query(x.double().numpy(), k=k, workers=-1)
             distance, index = distance.reshape(len(x), k), index.reshape(len(x), k)
             return torch.from_numpy(distance).float(), torch.from_numpy(index)
-    pairs = [torch.cdist(part, points).topk(k, dim=1, largest=False) for part in x.split(256)]
+    chunk = 4096 if x.is_cuda else 256  # [chunk, P] distances at once
+    pairs = [torch.cdist(part, points).topk(k, dim=1, largest=False) for part in x.split(chunk)]
     return torch.cat([d for d, _ in pairs]), torch.cat([i for _, i in pairs])
 
 
