@@ -135,6 +135,21 @@ Bounds saved_bounds(const c10::IValue& saved, std::vector<double>& storage) {
   return c10::ArrayRef<double>(storage);
 }
 
+// sample's align_corners, padding and interpolation as one saved integer (bit 0, 1, 2).
+int64_t pack_mode(bool align_corners, c10::string_view padding, c10::string_view interpolation) {
+  return int64_t(align_corners) | int64_t(padding == "border") << 1 |
+         int64_t(interpolation == "smoothstep") << 2;
+}
+bool mode_align_corners(int64_t mode) {
+  return mode & 1;
+}
+c10::string_view mode_padding(int64_t mode) {
+  return mode & 2 ? "border" : "zeros";
+}
+c10::string_view mode_interpolation(int64_t mode) {
+  return mode & 4 ? "smoothstep" : "linear";
+}
+
 // ---- double backward -------------------------------------------------------------------------
 
 [[noreturn]] void no_double_backward(const char* op) {
@@ -278,10 +293,10 @@ struct SampleFunction : torch::autograd::Function<SampleFunction> {
       out = sample_op(features, points, align_corners, padding, interpolation, bounds);
     }
     ctx->save_for_backward({features, points});
-    ctx->saved_data["align_corners"] = align_corners;
-    ctx->saved_data["padding"] = std::string(padding);
-    ctx->saved_data["interpolation"] = std::string(interpolation);
-    ctx->saved_data["bounds"] = save_bounds(bounds);
+    // One entry (the op has checked the strings): each saved_data entry costs a hash-map
+    // insertion, and a string one an allocation, a measurable part of a tiny call.
+    ctx->saved_data["mode"] = pack_mode(align_corners, padding, interpolation);
+    if (bounds.has_value()) ctx->saved_data["bounds"] = save_bounds(bounds);
     return out;
   }
 
@@ -290,10 +305,13 @@ struct SampleFunction : torch::autograd::Function<SampleFunction> {
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
     // Through the dispatcher, so that under create_graph the backward op's own autograd runs.
     std::vector<double> box;
-    auto [grad_features, grad_points] = sample_backward_autograd(
-        grads[0], saved[0], saved[1], ctx->saved_data["align_corners"].toBool(),
-        ctx->saved_data["padding"].toStringRef(), ctx->saved_data["interpolation"].toStringRef(),
-        mask, saved_bounds(ctx->saved_data["bounds"], box));
+    const int64_t mode = ctx->saved_data["mode"].toInt();
+    const auto found = ctx->saved_data.find("bounds");
+    const Bounds bounds =
+        found == ctx->saved_data.end() ? std::nullopt : saved_bounds(found->second, box);
+    auto [grad_features, grad_points] =
+        sample_backward_autograd(grads[0], saved[0], saved[1], mode_align_corners(mode),
+                                 mode_padding(mode), mode_interpolation(mode), mask, bounds);
     return {grad_or_none(mask[0], grad_features),
             grad_or_none(mask[1], grad_points),
             Tensor(),

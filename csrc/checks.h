@@ -261,6 +261,13 @@ inline std::vector<int64_t> sample_out_sizes(const at::Tensor& features, const a
   return sizes;
 }
 
+// `t` as contiguous rows of `width`: `t.reshape({-1, width}).contiguous()`, returning `t` itself
+// when it already is one (a reshape builds a new tensor, a measurable part of a tiny call).
+inline at::Tensor contiguous_rows(const at::Tensor& t, int64_t width) {
+  if (t.dim() == 2 && t.size(1) == width && t.is_contiguous()) return t;
+  return t.reshape({-1, width}).contiguous();
+}
+
 // Features in the layout the kernels read: F contiguous (copied only if it is not).
 inline at::Tensor channels_contiguous(const at::Tensor& features) {
   return features.stride(3) == 1 ? features : features.contiguous();

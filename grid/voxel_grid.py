@@ -218,10 +218,9 @@ class VoxelGrid(nn.Module):
             Twice differentiable with respect to the features and to `xyz` (e.g. an
             eikonal loss on `torch.autograd.grad(..., create_graph=True)`).
         """
-        if xyz.shape[-1:] != (3,):
-            raise ValueError(f"xyz: expected shape [..., 3], got {list(xyz.shape)}")
         features = self._parameters["features"]
         if torch.compiler.is_compiling():
+            _check_xyz(xyz)
             return sample(
                 features,
                 self.normalize(xyz),
@@ -232,7 +231,15 @@ class VoxelGrid(nn.Module):
         dtype = torch.float64 if features.dtype == torch.float64 else torch.float32
         if xyz.dtype != dtype:
             xyz = xyz.to(dtype)
-        return ops._SAMPLE_ENTRY(features, xyz, True, self.padding, self.interpolation, self._box())
+        try:
+            return ops._SAMPLE_ENTRY(
+                features, xyz, True, self.padding, self.interpolation, self._box()
+            )
+        except RuntimeError:
+            # The op refuses the same shapes; its message names `points`, ours `xyz`. Checked
+            # here, on failure only: the check is a tenth of a tiny call's cost.
+            _check_xyz(xyz)
+            raise
 
     # ---- regularisation ---------------------------------------------------------------
 
@@ -433,6 +440,12 @@ class VoxelGrid(nn.Module):
                 f"(.to({saved.dtype})) or the saved tensor to match before loading"
             )
         return ""
+
+
+def _check_xyz(xyz: Tensor) -> None:
+    """`xyz` is [..., 3] (raised without the op's error as its context)."""
+    if xyz.shape[-1:] != (3,):
+        raise ValueError(f"xyz: expected shape [..., 3], got {list(xyz.shape)}") from None
 
 
 def _box_map(bounds: Tensor) -> tuple[Tensor, Tensor]:

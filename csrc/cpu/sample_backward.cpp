@@ -57,8 +57,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
                  sample_out_sizes(features_in, points_in));
   const bool want_features = output_mask[0], want_points = output_mask[1];
   const at::Tensor features = channels_contiguous(features_in);
-  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();                     // [N, 3]
-  const at::Tensor grad_out = grad_out_in.reshape({-1, features.size(3)}).contiguous();  // [N, F]
+  const at::Tensor points = contiguous_rows(points_in, 3);                     // [N, 3]
+  const at::Tensor grad_out = contiguous_rows(grad_out_in, features.size(3));  // [N, F]
   const int64_t N = points.size(0);
   const GridShape shape = grid_shape(features);
   const auto acc_dtype = features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -85,8 +85,8 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cpu(
     });
   }
   // The float accumulator rounded to the features' dtype (no copy when they are equal).
-  const at::Tensor grad_features = grad_acc.to(features.scalar_type());
-  return {grad_features, grad_points};
+  if (grad_acc.scalar_type() == features.scalar_type()) return {grad_acc, grad_points};
+  return {grad_acc.to(features.scalar_type()), grad_points};
 }
 
 TORCH_LIBRARY_IMPL(grid, CPU, m) {

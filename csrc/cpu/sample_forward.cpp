@@ -19,7 +19,7 @@ at::Tensor sample_forward_cpu(const at::Tensor& features_in,  // [X, Y, Z, F]
   const Sampling mode =
       check_sample_args(features_in, points_in, align_corners, padding, interpolation, bounds);
   const at::Tensor features = channels_contiguous(features_in);
-  const at::Tensor points = points_in.reshape({-1, 3}).contiguous();  // [N, 3]
+  const at::Tensor points = contiguous_rows(points_in, 3);  // [N, 3]
   at::Tensor out = at::empty(sample_out_sizes(features, points_in), features.options());
   const int64_t N = points.size(0);
   if (N == 0) return out;
