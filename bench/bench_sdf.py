@@ -123,13 +123,18 @@ def fit_ours(
 
 
 def read_ply_mesh(path: Path) -> Mesh:
-    import plyfile
-
-    ply = plyfile.PlyData.read(str(path))
-    v = ply["vertex"].data
+    """The mesh.ply a run writes (`train.sdf.mesh.write_ply`: binary, vertices x y z nx ny
+    nz as float, triangles as a uchar count and 3 ints), read with numpy alone."""
+    data = path.read_bytes()
+    end = data.index(b"end_header\n") + len(b"end_header\n")
+    header = data[:end].decode("ascii").splitlines()
+    count = {line.split()[1]: int(line.split()[2]) for line in header if line.startswith("element")}
+    vertex = np.dtype([(n, "<f4") for n in ("x", "y", "z", "nx", "ny", "nz")])
+    face = np.dtype([("count", "u1"), ("index", "<i4", (3,))])
+    v = np.frombuffer(data, vertex, count["vertex"], end)
+    f = np.frombuffer(data, face, count["face"], end + count["vertex"] * vertex.itemsize)
     vertices = np.stack([v["x"], v["y"], v["z"]], axis=1).astype(np.float64)
-    faces = np.stack(ply["face"].data["vertex_indices"]).astype(np.int64).reshape(-1, 3)
-    return Mesh(vertices, faces, np.zeros_like(vertices))
+    return Mesh(vertices, f["index"].astype(np.int64), np.zeros_like(vertices))
 
 
 def poisson(points: np.ndarray, normals: np.ndarray, depth: int) -> tuple[Mesh, float]:
