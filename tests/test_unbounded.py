@@ -13,7 +13,7 @@ import grid
 from grid.contraction import CONTRACTED_BOUNDS, KINDS
 from train.__main__ import main
 from train.config import ConfigError, load_config
-from train.nerf import generate, outdoor
+from train.nerf import forward, generate, outdoor
 from train.nerf.model import VoxelNeRF
 
 LO, HI = (-1.0, -2.0, -0.5), (3.0, 2.0, 1.5)  # a box of unequal sides, off the origin
@@ -228,3 +228,43 @@ def test_tiny_contracted_run_improves(tmp_path):
 def test_config_errors_name_the_key(sets, message):
     with pytest.raises(ConfigError, match=message):
         load_config("configs/nerf_unbounded.toml", sets)
+
+
+def test_generated_forward_scene_faces_one_way_from_a_small_patch(tmp_path):
+    poses = forward.camera_poses(9, 2, 4, seed=3)
+    again = forward.camera_poses(9, 2, 4, seed=3)
+    assert all(torch.equal(poses[k], again[k]) for k in poses)
+    assert [poses[k].shape for k in ("train", "val", "test")] == [(9, 4, 4), (2, 4, 4), (4, 4, 4)]
+    assert not torch.equal(poses["train"], forward.camera_poses(9, 2, 4, seed=4)["train"])
+    want = torch.tensor(forward.FORWARD, dtype=torch.float64)
+    centre = torch.tensor(forward.PATCH_CENTRE, dtype=torch.float64)
+    train = poses["train"][:, :3, 3]
+    for c2w in poses.values():
+        looking = -c2w[:, :3, 2]  # OpenGL: the camera looks along its -z
+        angle = torch.rad2deg(torch.acos((looking @ want).clamp(-1, 1)))
+        assert float(angle.max()) <= forward.TURN + 1e-9  # all facing forward
+        offset = c2w[:, :3, 3] - centre
+        assert float((offset @ want).abs().max()) < 1e-9  # on the camera plane
+        assert float(offset.norm(dim=-1).max()) <= 0.5 * math.hypot(*forward.PATCH) + 1e-9
+    spread = (train.amax(0) - train.amin(0)).norm()
+    assert 0.5 < float(spread) < 1.5  # a small baseline, but not a single point
+    for split in ("val", "test"):  # held-out views lie within the training cameras' hull
+        lo, hi = train.amin(0) - 1e-9, train.amax(0) + 1e-9
+        assert bool(((poses[split][:, :3, 3] >= lo) & (poses[split][:, :3, 3] <= hi)).all())
+    a = generate.generate_scene(
+        tmp_path / "a", size=8, n_train=2, n_val=1, n_test=1, scene="forward"
+    )
+    b = generate.generate_scene(
+        tmp_path / "b", size=8, n_train=2, n_val=1, n_test=1, scene="forward"
+    )
+    assert (a / "test/r_0.png").read_bytes() == (b / "test/r_0.png").read_bytes()
+    assert json.loads((a / "scene.json").read_text())["scene"] == "forward"
+
+
+def test_forward_config_loads():
+    config = load_config("configs/nerf_forward.toml")
+    assert config.data.scene == "forward" and config.nerf.contraction in KINDS
+    assert (
+        load_config("configs/nerf_forward.toml", ["nerf.contraction=none"]).nerf.contraction
+        == "none"
+    )

@@ -37,9 +37,10 @@ class DataConfig:
     scene: str = doc(
         "nerf, generated scene: `procedural` (a few analytic solids, easy to fit), "
         "`realistic` (sculpted and thin parts, fine textures, glass, mirror reflections: "
-        "train/nerf/realistic.py) or `unbounded` (an object on textured ground that runs to the "
+        "train/nerf/realistic.py), `unbounded` (an object on textured ground that runs to the "
         "horizon, distant buildings, a sky, shadows; cameras on a full orbit: "
-        "train/nerf/outdoor.py).",
+        "train/nerf/outdoor.py) or `forward` (the same world seen by forward-facing cameras on "
+        "a small patch, LLFF-style: train/nerf/forward.py).",
         "procedural",
     )
     scene_size: int = doc("nerf, generated scene: image width and height in pixels.", 64)

@@ -2,11 +2,13 @@
 (`train.nerf.scene`, analytic solids), the realistic one (`train.nerf.realistic`: fine
 detail, thin parts, glass, mirror reflections; several times slower to render) or the
 unbounded one (`train.nerf.outdoor`: an object on ground that runs to the horizon, a sky;
-its own cameras, on full orbits at varying height and radius).
+its own cameras, on full orbits at varying height and radius) or the forward-facing one
+(`train.nerf.forward`: the unbounded world seen by LLFF-style cameras on a small patch).
 
     python -m train.nerf.generate --out data/nerf_scene --size 64 [--train N --val N --test N]
     python -m train.nerf.generate --scene realistic --out data/nerf_realistic --size 64
     python -m train.nerf.generate --scene unbounded --out data/nerf_unbounded --size 64
+    python -m train.nerf.generate --scene forward --out data/nerf_forward --size 64
 
 Cameras sit on a sphere of radius 4 looking at the origin (z is up, as in the original
 scenes): train and val on Fibonacci spirals over elevations -20..75 degrees (different
@@ -40,6 +42,7 @@ SCENES = {
     "procedural": VERSION,
     "realistic": 1,
     "unbounded": 1,
+    "forward": 1,
 }  # scene -> version (loaders regenerate older)
 CAMERA_RADIUS = 4.0
 TEST_ELEVATION = math.radians(30.0)
@@ -93,6 +96,10 @@ def scene_module(scene: str):
         from . import outdoor
 
         return outdoor
+    if scene == "forward":
+        from . import forward
+
+        return forward
     from . import scene as procedural
 
     return procedural
@@ -313,9 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="torch device to render on")
     args = parser.parse_args(argv)
     if args.out is None:
-        args.out = {"realistic": "data/nerf_realistic", "unbounded": "data/nerf_unbounded"}.get(
-            args.scene, "data/nerf_scene"
-        )
+        args.out = {
+            "realistic": "data/nerf_realistic",
+            "unbounded": "data/nerf_unbounded",
+            "forward": "data/nerf_forward",
+        }.get(args.scene, "data/nerf_scene")
     start = time.perf_counter()
     try:
         out = generate_scene(
