@@ -215,7 +215,10 @@ def test_cuda_kernels_match_cpu(f, dtype):
         results.append([t.detach().float().cpu() for t in (out, gv, gx, *second)])
     tol = 1e-4 if dtype == torch.float32 else 1e-1
     for a, b in zip(*results, strict=True):
-        assert_close(a, b, rtol=tol, atol=tol)
+        # absolute error relative to the tensor's largest entry: the double backward's
+        # entries reach 2e4 (grid) and 2e6 (points), and their float32 sums cancel, so
+        # both devices land ~1e-6 of that from the float64 result, CUDA as near as the CPU
+        assert_close(a, b, rtol=tol, atol=tol * max(1.0, b.abs().max().item()))
 
 
 @needs_cuda
