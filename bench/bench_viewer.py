@@ -125,7 +125,8 @@ def measure_render(run: Path, size: int, seconds: float, device: str) -> dict:
     start = time.perf_counter()
     config = load_config(run / "config.toml")
     model, background = load(run, config, load_checkpoint(run, "nerf"), dev)
-    c2w, fov = home(config).c2w[0].double(), home(config).fov
+    start_at = home(config)
+    c2w, fov = start_at.c2w[0].double(), start_at.fov
     loaded = time.perf_counter() - start
 
     def frame(longer: int) -> float:

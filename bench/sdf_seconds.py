@@ -22,14 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_sdf import RESOLUTION_SETS  # the schedule per resolution, as S1 runs it
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"full": [], "mesh": ["eval.chamfer=false", "output.pictures=false"]}
-RESOLUTION_SETS = {
-    512: [
-        "train.upsample_steps=[150, 400, 600, 800]",
-        "train.upsample_resolutions=[64, 128, 256, 512]",
-    ]
-}
 
 
 def run_once(points: Path, config: Path, resolution: int, mode: str, out: Path) -> dict:

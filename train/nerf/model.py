@@ -51,7 +51,7 @@ from grid._boxes import check_inside, lattice
 from grid.contraction import CONTRACTED_BOUNDS, KINDS
 from grid.voxel_grid import _replace_data
 
-from .render import SampleCapacity, positional_encoding, render_fused
+from .render import SampleCapacity, positional_encoding, render_fused, render_outputs
 from .unbounded import render_contracted
 
 BACKENDS = ("native", "grid_sample")
@@ -424,15 +424,9 @@ class VoxelNeRF(nn.Module):
         rgb, depth, acc = composite(
             weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
         )
-        return {
-            "rgb": rgb,
-            "depth": depth,
-            "acc": acc,
-            "samples": ray_id.shape[0],
-            "sample_rgb": colors,
-            "sample_weight": weights[chosen].detach(),
-            "sample_ray": chosen_ray,
-        }
+        return render_outputs(
+            rgb, depth, acc, ray_id.shape[0], colors, weights[chosen].detach(), chosen_ray
+        )
 
     @torch.no_grad()
     def render_image(

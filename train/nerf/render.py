@@ -153,14 +153,31 @@ def render_fused(
     colors = rgb_chosen.new_zeros(slots + 1, 3).index_put_((chosen,), rgb_chosen)[:slots]
     rgb, depth, acc = grid.composite_rays(tau, colors, samples.t, samples.offsets, background)
     weights = torch.cat([weights, weights.new_zeros(1)])  # slot `slots`: padding, weight 0
+    return render_outputs(
+        rgb, depth, acc, count, rgb_chosen, weights[chosen], samples.ray_indices[read]
+    )
+
+
+def render_outputs(
+    rgb: Tensor,
+    depth: Tensor,
+    acc: Tensor,
+    samples: Tensor | int,
+    sample_rgb: Tensor,
+    sample_weight: Tensor,
+    sample_ray: Tensor,
+) -> dict[str, Tensor | int]:
+    """What every render returns: rgb [R, 3], depth [R], acc [R], the samples marched, and
+    for the losses (train/nerf/losses.py) the coloured samples' rgb [V, 3], weights [V]
+    and rays [V]."""
     return {
         "rgb": rgb,
         "depth": depth,
         "acc": acc,
-        "samples": count,
-        "sample_rgb": rgb_chosen,
-        "sample_weight": weights[chosen],
-        "sample_ray": samples.ray_indices[read],
+        "samples": samples,
+        "sample_rgb": sample_rgb,
+        "sample_weight": sample_weight,
+        "sample_ray": sample_ray,
     }
 
 

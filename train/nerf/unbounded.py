@@ -24,7 +24,7 @@ from torch import Tensor
 
 import grid
 
-from .render import positional_encoding
+from .render import positional_encoding, render_outputs
 
 if TYPE_CHECKING:
     from .model import VoxelNeRF
@@ -68,12 +68,6 @@ def render_contracted(
         rgb, depth, acc = grid.composite(
             weights, ray_id, n_rays, colors, samples.t, visible=visible, check_indices=False
         )
-    return {
-        "rgb": rgb,
-        "depth": depth,
-        "acc": acc,
-        "samples": ray_id.shape[0],
-        "sample_rgb": colors,
-        "sample_weight": weights[chosen].detach(),
-        "sample_ray": chosen_ray,
-    }
+    return render_outputs(
+        rgb, depth, acc, ray_id.shape[0], colors, weights[chosen].detach(), chosen_ray
+    )

@@ -51,6 +51,26 @@ def knn(points: Tensor, k: int, cell: float | None = None) -> tuple[Tensor, Tens
     return hash_knn(points, k, cell)
 
 
+def nearest_points(x: Tensor, points: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """(distances [C, k], indices [C, k]) of the k nearest of points [P, 3] to each of
+    x [C, 3], nearest first. On the CPU scipy's k-d tree where scipy is importable (2.5 s ->
+    0.05 s for 32^3 queries among 32k points on 2 cores); else brute force by
+    `torch.cdist` in chunks (on a GPU it takes milliseconds)."""
+    if x.device.type == "cpu":
+        try:
+            from scipy.spatial import cKDTree
+        except ImportError:
+            pass
+        else:
+            tree = cKDTree(points.double().numpy())
+            distance, index = tree.query(x.double().numpy(), k=k, workers=-1)
+            distance, index = distance.reshape(len(x), k), index.reshape(len(x), k)
+            return torch.from_numpy(distance).float(), torch.from_numpy(index)
+    chunk = 4096 if x.is_cuda else 256  # [chunk, P] distances at once
+    pairs = [torch.cdist(part, points).topk(k, dim=1, largest=False) for part in x.split(chunk)]
+    return torch.cat([d for d, _ in pairs]), torch.cat([i for _, i in pairs])
+
+
 def hash_knn(points: Tensor, k: int, cell: float | None = None) -> tuple[Tensor, Tensor]:
     """`knn` by the voxel hash of the module docstring (any device). `cell`: the starting
     cell side (default: one holding about k / 3 points on a surface-like cloud)."""
