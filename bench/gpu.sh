@@ -29,6 +29,26 @@
 # /tmp/own/dvgo.log` ($OUT/dvgo/dvgo_grid.md). Run DirectVoxGO only through this script: its
 # TORCH_EXTENSIONS_DIR and TORCH_CUDA_ARCH_LIST are what dvgo-build compiled with, and other
 # values recompile its extensions (minutes).
+#   bash bench/gpu.sh dvgo --scene unbounded [extra bench/dvgo_unbounded.py arguments...]
+# `dvgo --scene unbounded`: bench/dvgo_unbounded.py: the unbounded scene
+# (configs/nerf_unbounded_gpu.toml: 400x400, 175 training and 25 test views), written in
+# LLFF's layout (bench/dvgo_llff.py: the views interleaved so that llffhold = 8 holds out
+# exactly the test views), DirectVoxGO v2's own unbounded setting on it (no coarse stage,
+# 40000 iterations of 4096 rays, a contracted 320^3 grid, its distortion loss from
+# bench/dvgo_v2_shims.py), then ours for as long, evaluated at T/2 and T. Writes to
+# $OUT/dvgo: dvgo_unbounded.md / .json, dvgo.log, ours/. Its work folder (the LLFF copy,
+# DirectVoxGO's logs and renders) is bench/results/dvgo_unbounded_work. DirectVoxGO v2 runs
+# longer than one 10-minute call, so it runs detached and later calls wait for it, on one
+# warm machine: `bash bench/gpu.sh dvgo-build`; `bash bench/gpu.sh dvgo --scene unbounded
+# --dvgo-only --detach` (returns at once; the detached run generates the scene, ~1-2 min,
+# writes the LLFF copy, then trains and tests DirectVoxGO); `bash bench/gpu.sh dvgo --scene
+# unbounded --wait 560`, again until it prints "the detached run exited 0" (before: "still
+# running" and DirectVoxGO's last lines; the last call copies dvgo_unbounded.json, dvgo.log
+# and dvgo_test_000.png into $OUT/dvgo); then ours: `bash bench/gpu.sh dvgo --scene
+# unbounded --dvgo-log bench/results/dvgo_unbounded_work/dvgo.log --ours-steps N` (N:
+# DirectVoxGO's training seconds x ours' steps/s, with margin), itself with --detach and
+# then --wait calls when DirectVoxGO trained more than ~8 minutes. A quick check of the
+# whole chain first: add `--dvgo-iters 2000` (and `--ours-steps 2000`).
 #   bash bench/gpu.sh dvgo-build
 # `dvgo-build`: only JIT-builds DirectVoxGO's CUDA extensions (DVGO_DIR), so that a later
 # `dvgo --dvgo-only` call on the same warm machine spends its 10 minutes on training.
@@ -219,8 +239,14 @@ PY
 fi
 if [ "$what" = dvgo ]; then
   mkdir -p "$OUT/dvgo"
-  python3 bench/bench_dvgo.py --dvgo "${DVGO_DIR:-.anchors/dvgo}" --out "$OUT/dvgo" "$@" 2>&1 \
-    | tee "$OUT/dvgo/bench_dvgo.log" | grep -v "^  " | tail -n 40
+  script=bench/bench_dvgo.py
+  if [ "${1:-}" = --scene ]; then  # the bounded scene is bench_dvgo.py's own
+    [ "${2:-}" = unbounded ] || { echo "dvgo: --scene takes unbounded, got '${2:-}'"; exit 2; }
+    script=bench/dvgo_unbounded.py
+    shift 2
+  fi
+  python3 "$script" --dvgo "${DVGO_DIR:-.anchors/dvgo}" --out "$OUT/dvgo" "$@" 2>&1 \
+    | tee "$OUT/dvgo/$(basename "$script" .py).log" | grep -v "^  " | tail -n 40
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$what" = dvgo-build ]; then
