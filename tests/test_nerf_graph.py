@@ -137,11 +137,17 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box):
         f"nerf.fit_box={str(fit_box).lower()}",
         "nerf.sample_color_weight=0.01",
         "nerf.entropy_weight=0.001",
+        f"nerf.appearance={'affine' if fit_box else 'off'}",  # per-image codes captured too
     )
     eager, eager_values, _ = run_steps(config, captured=False)
     graph, graph_values, runner = run_steps(config, captured=True)
     assert runner.captures >= 2 and runner.eager_steps >= 4  # measuring steps op by op
     assert graph_values == pytest.approx(eager_values, rel=1e-3, abs=1e-6)
+    if fit_box:
+        assert graph.appearance.codes.abs().max() > 0
+        torch.testing.assert_close(
+            graph.appearance.codes, eager.appearance.codes, rtol=1e-2, atol=1e-4
+        )
     for a, b in zip(eager.model.parameters(), graph.model.parameters(), strict=True):
         # Adam turns the atomics' rounding of a near-zero gradient into a step of the
         # learning rate's size: a few elements differ (measured: 54 of 170352, by 0.003)

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 OPTIMIZERS = ("adam", "masked_adam")
 #: Values of `nerf.mlp_dtype`.
 MLP_DTYPES = ("float32", "bfloat16")
+#: Values of `nerf.appearance` (train/nerf/appearance.py).
+APPEARANCES = ("off", "affine")
 #: Values of `nerf.contraction`.
 CONTRACTIONS = ("none", "sphere", "cube")
 
@@ -115,6 +117,19 @@ class NerfConfig:
         "entropy_last, 0.001 in its fine stage): rays end either empty or opaque.",
         0.0,
     )
+    appearance: str = doc(
+        "nerf: `off`, or `affine`: each training image gets its own colour transform of the "
+        "render (a 3x3 matrix and an offset, learnt), for captures whose exposure or white "
+        "balance changes from image to image; test views are then scored after a per-image "
+        "least-squares affine colour correction (`train/nerf/appearance.py`).",
+        "off",
+    )
+    appearance_weight: float = doc(
+        "nerf, appearance: weight of the mean square of the per-image codes (keeps the field "
+        "at the images' mean appearance).",
+        0.001,
+    )
+    lr_appearance: float = doc("nerf, appearance: Adam learning rate of the codes.", 0.01)
     fit_box: bool = doc(
         "nerf: at the first `train.upsample_steps`, move both grids onto the box around where "
         "the rays of object pixels end (pixels not of the background colour; up to 65536 rays, "
@@ -197,7 +212,12 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         )
     if n.alpha_init == 0:
         raise ConfigError("nerf.alpha_init: expected a number in (0, 1), got 0.0")
-    for key in ("sample_color_weight", "entropy_weight"):
+    if n.appearance not in APPEARANCES:
+        raise ConfigError(
+            f"nerf.appearance: expected one of {', '.join(APPEARANCES)}, got {n.appearance!r}"
+        )
+    positive(n.lr_appearance, "nerf.lr_appearance")
+    for key in ("sample_color_weight", "entropy_weight", "appearance_weight"):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
     validate_contraction(c)

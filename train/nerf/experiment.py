@@ -35,6 +35,7 @@ from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from ..step_graph import use_graphs
+from .appearance import color_correct, make_appearance
 from .config import graph_problem
 from .evaluation import background_errors, background_metrics, seconds_to
 from .fit_box import box_resolution, crossing_rays, surface_box
@@ -159,6 +160,7 @@ class NerfExperiment:
         origins, directions = camera_rays(train)  # [V, H, W, 3] each
         colors = torch.as_tensor(train.images)
         mask = train.mask()  # views of different sizes: their own pixels, not the padding
+        self.appearance, self.ray_view = make_appearance(c.nerf, colors.shape[:3], mask, device)
         if mask is not None:
             origins, directions, colors = origins[mask], directions[mask], colors[mask]
         self.rays_o = origins.reshape(-1, 3).to(device)
@@ -203,9 +205,11 @@ class NerfExperiment:
             {"params": [m.color.features], "lr": n.lr_color, "base_lr": n.lr_color},
             {"params": list(m.mlp.parameters()), "lr": n.lr_mlp, "base_lr": n.lr_mlp},
         ]
+        groups += [] if self.appearance is None else [self.appearance.group(n.lr_appearance)]
         betas = tuple(self.config.train.betas)
-        if n.optimizer == "masked_adam":  # the grids masked, the MLP's dense gradient as Adam
-            groups[2]["skip_zero_grad"] = False
+        if n.optimizer == "masked_adam":  # the grids masked, MLP and codes dense as Adam
+            for group in groups[2:]:
+                group["skip_zero_grad"] = False
             return MaskedAdam(groups, betas=betas)
         if self.graphed:  # device learning rates, filled in place by begin_step
             for group in groups:
@@ -308,8 +312,11 @@ class NerfExperiment:
         out = self.model.render(self.rays_o[index], self.rays_d[index], self.background)
         self.samples = out["samples"]
         target = self.colors[index]  # [R, 3]
-        mse = (out["rgb"] - target).square().mean()
-        loss = mse + auxiliary_losses(c.nerf, out, target)
+        rgb, penalty = out["rgb"], 0.0
+        if self.appearance is not None:  # each image's own exposure and white balance
+            rgb, penalty = self.appearance.fit(rgb, self.ray_view[index], c.nerf.appearance_weight)
+        mse = (rgb - target).square().mean()
+        loss = mse + penalty + auxiliary_losses(c.nerf, out, target)
         if c.train.tv_weight:
             loss = loss + c.train.tv_weight * self.model.total_variation()
         return loss, mse
@@ -376,6 +383,9 @@ class NerfExperiment:
         kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
         for i in world.split(views):
             rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
+            if self.appearance is not None:  # the test image's own exposure is not error
+                mask = None if self.test_mask is None else self.test_mask[i]
+                rgb = color_correct(rgb, self.test_images[i], mask)
             error = (rgb.clamp(0, 1) - self.test_images[i]).double().square()
             mses[i] = error.mean() if self.test_mask is None else error[self.test_mask[i]].mean()
             if self.has_ssim:
@@ -432,10 +442,14 @@ class NerfExperiment:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"occupied": self.occupied}
+        codes = {} if self.appearance is None else {"appearance": self.appearance.codes.detach()}
+        return {"occupied": self.occupied, **codes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.occupied = state.get("occupied", 1.0)
+        if self.appearance is not None and "appearance" in state:
+            with torch.no_grad():
+                self.appearance.codes.copy_(state["appearance"])
 
     def summary(self, common: dict[str, Any]) -> dict[str, Any]:
         c, m = self.config, self.model
