@@ -409,4 +409,23 @@ print('nerfacc', nerfacc.__version__, 'CUDA ops:', _C.__file__)" >"$OUT/nerfacc_
     --profile "${NERFACC_PROFILE:-20}" --out "$OUT" "$@" 2>&1 | tee "$OUT/nerfacc.log" | tail -n 40
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+# `scenes`: bench/bench_scenes.py (D3), one model decided on the mean over scenes:
+#   bash bench/gpu.sh scenes [--scenes a,b] [--generate-only | --ours-only | --dvgo-only] ...
+# ours (configs/nerf_realistic_gpu.toml) and, unless --ours-only, DirectVoxGO (DVGO_DIR,
+# default .anchors/dvgo; `dvgo-build` first) on each scene of its SCENES: the realistic scene
+# and scanned meshes from SCENE_MESHES (default .anchors/thin: CGAL's demo meshes, .off, as
+# Debian's libcgal-demo ships them; carried along, never part of the repository). The scenes
+# go to data/scenes, results accumulate in bench/results/scenes and DirectVoxGO's outputs in
+# bench/results/scenes_dvgo (kept on a warm machine between calls: split scenes and systems
+# over calls of under 10 minutes), copied to $OUT/scenes: scenes.md, scenes.json, the logs.
+if [ "$what" = scenes ]; then
+  keep=bench/results/scenes
+  mkdir -p "$OUT/scenes" "$keep" bench/results/scenes_dvgo
+  python3 bench/bench_scenes.py --meshes "${SCENE_MESHES:-.anchors/thin}" \
+    --dvgo "${DVGO_DIR:-.anchors/dvgo}" --dvgo-log bench/results/scenes_dvgo --out "$keep" "$@" \
+    2>&1 | tee -a "$keep/bench_scenes.log" | grep -v "^  " | tail -n 40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  cp "$keep"/scenes.md "$keep"/scenes.json "$keep"/bench_scenes.log "$OUT/scenes/" 2>/dev/null
+  cp bench/results/scenes_dvgo/*.log "$OUT/scenes/" 2>/dev/null
+fi
 exit $status

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from train.nerf.scan_mesh import read_off
 from train.sdf.mesh import Mesh
 from train.sdf.scoring import face_normals, sample_mesh
 
@@ -41,27 +42,6 @@ FILL = 1.8  # the largest side of a mesh in the box
 
 class MissingInput(RuntimeError):
     """A scan the bench was asked for is not where it looked (the message says where)."""
-
-
-def read_off(data: bytes, name: str) -> Mesh:
-    """An OFF / COFF / NOFF mesh (polygons fanned into triangles) -> Mesh (no normals)."""
-    words = " ".join(line.split("#")[0] for line in data.decode("latin-1").splitlines()).split()
-    head = words[0]
-    if not head.endswith("OFF"):
-        raise ValueError(f"{name}: not an OFF file (starts with {head[:20]!r})")
-    vertex_count, face_count = int(words[1]), int(words[2])
-    stride = 3 + (4 if head.startswith("C") else 0) + (3 if "N" in head[:-3] else 0)
-    at = 4
-    table = np.array(words[at : at + vertex_count * stride], dtype=np.float64)
-    vertices = table.reshape(vertex_count, stride)[:, :3]
-    at += vertex_count * stride
-    triangles: list[list[int]] = []
-    for _ in range(face_count):
-        k = int(words[at])
-        ring = [int(w) for w in words[at + 1 : at + 1 + k]]
-        triangles += [[ring[0], ring[j], ring[j + 1]] for j in range(1, k - 1)]
-        at += 1 + k
-    return Mesh(vertices, np.array(triangles, dtype=np.int64), np.zeros_like(vertices))
 
 
 def normalise(mesh: Mesh) -> Mesh:

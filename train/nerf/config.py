@@ -41,9 +41,27 @@ class DataConfig:
         "`realistic` (sculpted and thin parts, fine textures, glass, mirror reflections: "
         "train/nerf/realistic.py), `unbounded` (an object on textured ground that runs to the "
         "horizon, distant buildings, a sky, shadows; cameras on a full orbit: "
-        "train/nerf/outdoor.py) or `forward` (the same world seen by forward-facing cameras on "
-        "a small patch, LLFF-style: train/nerf/forward.py).",
+        "train/nerf/outdoor.py), `forward` (the same world seen by forward-facing cameras on "
+        "a small patch, LLFF-style: train/nerf/forward.py) or `scan` (the mesh `scene_mesh` "
+        "in the look `scene_look`, under the realistic scene's light and cameras: "
+        "train/nerf/scan.py).",
         "procedural",
+    )
+    scene_mesh: str = doc(
+        "nerf, scene `scan`: the triangle mesh, an .off or .ply file (e.g. from Debian's "
+        "libcgal-demo); scene.json records its file name and hash.",
+        "",
+    )
+    scene_look: str = doc(
+        "nerf, scene `scan`: `glossy` (painted glaze, sharp highlights), `mirror` (chrome), "
+        "`rough` (diffuse stone), `translucent` (a hollow amber glass figure) or `large` "
+        "(painted enamel; the object fills the box, no base).",
+        "glossy",
+    )
+    scene_up: str = doc(
+        "nerf, scene `scan`: the mesh's up axis, `+x`, `-x`, `+y`, `-y`, `+z` or `-z` (scans "
+        "are mostly +y).",
+        "+y",
     )
     scene_size: int = doc("nerf, generated scene: image width and height in pixels.", 64)
     scene_train_views: int = doc("nerf, generated scene: number of training views.", 100)
@@ -175,6 +193,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
 
     if d.scene not in SCENES:
         raise ConfigError(f"data.scene: expected one of {', '.join(SCENES)}, got {d.scene!r}")
+    if d.generate and d.scene == "scan":
+        validate_scan(d)
     for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
         if getattr(d, key) < 1:
             raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
@@ -247,6 +267,37 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.init: 'points' is for the sdf experiment only")
     if c.grid.interpolation == "smoothstep":
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
+
+
+def validate_scan(d: DataConfig) -> None:
+    """`data.scene_mesh`, `scene_look`, `scene_up` of a generated scan scene."""
+    from pathlib import Path
+
+    from .scan import LOOKS
+    from .scan_mesh import MESH_SUFFIXES, UP_AXES
+
+    if not d.scene_mesh:
+        raise ConfigError("data.scene_mesh: required with data.scene = 'scan' (an .off or .ply)")
+    path = Path(d.scene_mesh).expanduser()
+    if path.suffix.lower() not in MESH_SUFFIXES:
+        raise ConfigError(f"data.scene_mesh: {path}: expected an .off or .ply mesh")
+    if not path.is_file():
+        raise ConfigError(f"data.scene_mesh: {path}: no such file")
+    if d.scene_look not in LOOKS:
+        raise ConfigError(
+            f"data.scene_look: expected one of {', '.join(LOOKS)}, got {d.scene_look!r}"
+        )
+    if d.scene_up not in UP_AXES:
+        raise ConfigError(
+            f"data.scene_up: expected one of {', '.join(UP_AXES)}, got {d.scene_up!r}"
+        )
+
+
+def scene_args(d: DataConfig) -> dict:
+    """`train.nerf.generate`'s scene arguments for `data`: `scene`, and `scan` (the mesh,
+    look and up axis of a scan scene; None for the others)."""
+    scan = {"mesh": d.scene_mesh, "look": d.scene_look, "up": d.scene_up}
+    return {"scene": d.scene, "scan": scan if d.scene == "scan" else None}
 
 
 def validate_contraction(c: Config) -> None:

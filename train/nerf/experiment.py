@@ -36,7 +36,7 @@ from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .appearance import color_correct, make_appearance
-from .config import graph_problem
+from .config import graph_problem, scene_args
 from .evaluation import background_errors, background_metrics, seconds_to
 from .fit_box import box_resolution, crossing_rays, surface_box
 from .losses import auxiliary_losses
@@ -84,7 +84,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
             raise InputFileError(path, "no such directory", key="data.path")
         return path
     wanted = nerf_scene.scene_metadata(
-        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, d.scene
+        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
     )
     if nerf_scene.read_scene_metadata(path) != wanted:
         print(
@@ -102,7 +102,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
                 n_test=d.scene_test_views,
                 seed=d.scene_seed,
                 device=str(device),
-                scene=d.scene,
+                **scene_args(d),  # a scan scene's bad mesh: a ConfigError naming the key
             )
         except FileExistsError as error:  # data.path holds something else: never replaced
             raise ConfigError(

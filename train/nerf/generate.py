@@ -3,12 +3,14 @@
 detail, thin parts, glass, mirror reflections; several times slower to render) or the
 unbounded one (`train.nerf.outdoor`: an object on ground that runs to the horizon, a sky;
 its own cameras, on full orbits at varying height and radius) or the forward-facing one
-(`train.nerf.forward`: the unbounded world seen by LLFF-style cameras on a small patch).
+(`train.nerf.forward`: the unbounded world seen by LLFF-style cameras on a small patch) or
+a scanned mesh in one of several looks (`train.nerf.scan`: --mesh FILE --look LOOK).
 
     python -m train.nerf.generate --out data/nerf_scene --size 64 [--train N --val N --test N]
     python -m train.nerf.generate --scene realistic --out data/nerf_realistic --size 64
     python -m train.nerf.generate --scene unbounded --out data/nerf_unbounded --size 64
     python -m train.nerf.generate --scene forward --out data/nerf_forward --size 64
+    python -m train.nerf.generate --scene scan --mesh bunny.off --look glossy --out DIR
 
 Cameras sit on a sphere of radius 4 looking at the origin (z is up, as in the original
 scenes): train and val on Fibonacci spirals over elevations -20..75 degrees (different
@@ -43,6 +45,7 @@ SCENES = {
     "realistic": 1,
     "unbounded": 1,
     "forward": 1,
+    "scan": 1,
 }  # scene -> version (loaders regenerate older)
 CAMERA_RADIUS = 4.0
 TEST_ELEVATION = math.radians(30.0)
@@ -85,9 +88,16 @@ def camera_poses(n_train: int, n_val: int, n_test: int, seed: int) -> dict[str, 
 # ---- writing the dataset -------------------------------------------------------------------
 
 
-def scene_module(scene: str):
+def scene_module(scene: str, scan: dict | None = None):
     """The module that defines `scene`: its STEP, render_rays, (but procedural)
-    SUPERSAMPLE and, where it has its own cameras, camera_poses and CAMERA_ANGLE_X."""
+    SUPERSAMPLE and, where it has its own cameras, camera_poses and CAMERA_ANGLE_X.
+    `scan` (scene "scan"): `train.nerf.scan.ScanScene`'s arguments (mesh, look, up)."""
+    if scene == "scan":
+        from .scan import ScanScene
+
+        if not scan or not scan.get("mesh"):
+            raise ValueError("the scan scene needs a mesh file (scan={'mesh': PATH, ...})")
+        return ScanScene(**scan)
     if scene == "realistic":
         from . import realistic
 
@@ -112,6 +122,7 @@ def render_views(
     device: str = "cpu",
     chunk: int | None = None,
     scene: str = "procedural",
+    scan: dict | None = None,
 ) -> Tensor:
     """c2w [V, 4, 4] -> straight (not premultiplied) RGBA [V, size, size, 4] float32 in [0, 1].
 
@@ -124,7 +135,7 @@ def render_views(
     """
     from .blender import Views, camera_rays
 
-    module = scene_module(scene)
+    module = scene_module(scene, scan)
     k = getattr(module, "SUPERSAMPLE", 1)
     if chunk is None:
         on_gpu = torch.device(device).type == "cuda"
@@ -166,13 +177,20 @@ def _check_arguments(size: int, counts: dict[str, int], seed: int) -> None:
 
 
 def scene_metadata(
-    size: int, n_train: int, n_val: int, n_test: int, seed: int, scene: str = "procedural"
+    size: int,
+    n_train: int,
+    n_val: int,
+    n_test: int,
+    seed: int,
+    scene: str = "procedural",
+    scan: dict | None = None,
 ) -> dict:
     """What `scene.json` holds: enough to tell whether a generated scene is current (the
-    procedural scene's has no "scene" key, as before there were two)."""
+    procedural scene's has no "scene" key, as before there were two; a scan scene's names
+    its mesh file, the file's hash and the look)."""
     if scene not in SCENES:
         raise ValueError(f"scene must be one of {', '.join(map(repr, SCENES))}; got {scene!r}")
-    module = scene_module(scene)
+    module = scene_module(scene, scan)
     metadata = {
         "generator": GENERATOR,
         "version": SCENES[scene],
@@ -202,6 +220,7 @@ def generate_scene(
     seed: int = 0,
     device: str = "cpu",
     scene: str = "procedural",
+    scan: dict | None = None,
 ) -> Path:
     """Renders `scene` into `out_dir` in the Blender layout and returns `out_dir`.
 
@@ -213,7 +232,7 @@ def generate_scene(
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     _check_arguments(size, counts, seed)
-    metadata = scene_metadata(size, n_train, n_val, n_test, seed, scene)
+    metadata = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan)
     out_dir = Path(out_dir)
     if out_dir.exists() and read_scene_metadata(out_dir) is None and any(out_dir.iterdir()):
         raise FileExistsError(
@@ -225,8 +244,8 @@ def generate_scene(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir(parents=True)
-        poses = getattr(scene_module(scene), "camera_poses", camera_poses)
-        _write_splits(staging, poses(n_train, n_val, n_test, seed), size, device, scene)
+        poses = getattr(scene_module(scene, scan), "camera_poses", camera_poses)
+        _write_splits(staging, poses(n_train, n_val, n_test, seed), size, device, scene, scan)
         (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
         if out_dir.exists():  # moved aside whole, then deleted: never half a scene there
             out_dir.rename(old)
@@ -240,11 +259,14 @@ def generate_scene(
     return out_dir
 
 
-def _write_splits(root: Path, poses: dict[str, Tensor], size: int, device: str, scene: str) -> None:
+def _write_splits(
+    root: Path, poses: dict[str, Tensor], size: int, device: str, scene: str, scan: dict | None
+) -> None:
     """Renders every split in one pass (fewer, fuller ray batches) and writes PNGs and json."""
     from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
 
-    rgba = render_views(torch.cat(list(poses.values())), size, device=device, scene=scene)
+    views = torch.cat(list(poses.values()))
+    rgba = render_views(views, size, device=device, scene=scene, scan=scan)
     first = 0
     for split, c2w in poses.items():
         (root / split).mkdir()
@@ -254,7 +276,7 @@ def _write_splits(root: Path, poses: dict[str, Tensor], size: int, device: str, 
             Image.fromarray(pixels).save(root / split / f"r_{k}.png")
             frames.append({"file_path": f"./{split}/r_{k}", "transform_matrix": c2w[k].tolist()})
         first += len(c2w)
-        angle = getattr(scene_module(scene), "CAMERA_ANGLE_X", CAMERA_ANGLE_X)
+        angle = getattr(scene_module(scene, scan), "CAMERA_ANGLE_X", CAMERA_ANGLE_X)
         meta = {"camera_angle_x": angle, "frames": frames}
         (root / f"transforms_{split}.json").write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -280,13 +302,14 @@ def ensure_scene(
     seed: int = 0,
     device: str = "cpu",
     scene: str = "procedural",
+    scan: dict | None = None,
 ) -> Path:
     """`out_dir` holding the current `scene` at these settings, generating it if needed.
 
     Regenerates when scene.json is absent or differs (older version, other scene, size,
     counts or seed); returns at once when it matches.
     """
-    wanted = scene_metadata(size, n_train, n_val, n_test, seed, scene)
+    wanted = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan)
     if read_scene_metadata(out_dir) == wanted:
         return Path(out_dir)
     return generate_scene(
@@ -298,6 +321,7 @@ def ensure_scene(
         seed=seed,
         device=device,
         scene=scene,
+        scan=scan,
     )
 
 
@@ -318,12 +342,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", type=int, default=8, help="number of test views (turntable)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the camera placement")
     parser.add_argument("--device", default="cpu", help="torch device to render on")
+    parser.add_argument("--mesh", help="scan scene: the .off or .ply mesh")
+    parser.add_argument("--look", default="glossy", help="scan scene: glossy, mirror, rough, ...")
+    parser.add_argument("--up", default="+y", help="scan scene: the mesh's up axis (+y, +z, ...)")
     args = parser.parse_args(argv)
+    scan = {"mesh": args.mesh, "look": args.look, "up": args.up} if args.scene == "scan" else None
     if args.out is None:
         args.out = {
             "realistic": "data/nerf_realistic",
             "unbounded": "data/nerf_unbounded",
             "forward": "data/nerf_forward",
+            "scan": "data/nerf_scan",
         }.get(args.scene, "data/nerf_scene")
     start = time.perf_counter()
     try:
@@ -336,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             device=args.device,
             scene=args.scene,
+            scan=scan,
         )
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -29,6 +29,9 @@ far less than a grey level: tests/test_nerf_realistic.py checks it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -36,7 +39,7 @@ from . import realistic_look as look
 from . import realistic_shapes as shapes
 from .scene import SCENE_BOUNDS, box_interval
 
-__all__ = ["SCENE_BOUNDS", "render_rays", "scene_field"]
+__all__ = ["REALISTIC", "SCENE_BOUNDS", "Parts", "render_rays", "scene_field"]
 
 WIDTH = 0.004  # half-width of the density transition at each surface
 SIGMA = 2500.0  # density inside the solid parts (optical depth 10 across one WIDTH)
@@ -51,37 +54,61 @@ COLOUR_CHUNK = 1 << 20  # shell samples coloured together
 PART_SIGMA = tuple(GLASS_SIGMA if name == "glass" else SIGMA for name in shapes.PARTS)
 
 
-def _density(f: Tensor) -> Tensor:
+@dataclass(frozen=True)
+class Parts:
+    """A scene of parts, as the renderer sees it (`REALISTIC`; `train.nerf.scan` another).
+
+    sdfs: points [n, 3] -> (f [n, P], L [n, P]): each part's function and Lipschitz bound;
+    exact: (part, points [n, 3]) -> f [n], the function the normals differentiate;
+    radiance: (part, points, unit normals, viewdirs: [n, 3] each) -> colour [n, 3] in [0, 1];
+    sigma: each part's density inside; normal_eps: each part's finite-difference step.
+    """
+
+    sdfs: Callable[[Tensor], tuple[Tensor, Tensor]]
+    exact: Callable[[int, Tensor], Tensor]
+    radiance: Callable[[int, Tensor, Tensor, Tensor], Tensor]
+    sigma: tuple[float, ...]
+    normal_eps: tuple[float, ...]
+
+
+REALISTIC = Parts(
+    shapes.part_sdfs, shapes.exact_sdf, look.radiance, PART_SIGMA, (NORMAL_EPS,) * shapes.N_PARTS
+)
+
+
+def _density(f: Tensor, parts: Parts = REALISTIC) -> Tensor:
     """f [n, parts] -> sigma [n, parts]: each part's density, zero where f >= WIDTH."""
     x = ((WIDTH - f) / (2 * WIDTH)).clamp(0.0, 1.0)
-    scale = torch.tensor(PART_SIGMA, dtype=f.dtype, device=f.device)
+    scale = torch.tensor(parts.sigma, dtype=f.dtype, device=f.device)
     return scale * x * x * (3 - 2 * x)
 
 
-def _normal(part: int, points: Tensor) -> Tensor:
+def _normal(part: int, points: Tensor, parts: Parts = REALISTIC) -> Tensor:
     """Unit gradient [n, 3] of part `part`'s function at points [n, 3]: differences over
     the four corners of a tetrahedron, `sum_k k f(p + eps k)` for k in TETRAHEDRON."""
     corners = torch.tensor(TETRAHEDRON, dtype=points.dtype, device=points.device)  # [4, 3]
-    shifted = (points[None] + NORMAL_EPS * corners[:, None]).reshape(-1, 3)
-    f = shapes.exact_sdf(part, shifted).reshape(4, -1)  # [4, n]
+    shifted = (points[None] + parts.normal_eps[part] * corners[:, None]).reshape(-1, 3)
+    f = parts.exact(part, shifted).reshape(4, -1)  # [4, n]
     grad = f.T @ corners  # [n, 3]
     return grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def _colour(points: Tensor, sigmas: Tensor, viewdirs: Tensor) -> Tensor:
+def _colour(points: Tensor, sigmas: Tensor, viewdirs: Tensor, parts: Parts = REALISTIC) -> Tensor:
     """The parts' radiance at points [n, 3] seen along viewdirs [n, 3], blended by their
     densities sigmas [n, parts] -> [n, 3] (0 where no part has density)."""
     rgb = torch.zeros_like(points)
-    for part in range(shapes.N_PARTS):
+    for part in range(len(parts.sigma)):
         ids = torch.nonzero(sigmas[:, part] > 0).squeeze(-1)
         if ids.numel():
             p = points[ids]
-            colour = look.radiance(part, p, _normal(part, p), viewdirs[ids])
+            colour = parts.radiance(part, p, _normal(part, p, parts), viewdirs[ids])
             rgb.index_add_(0, ids, sigmas[ids, part, None] * colour)
     return rgb / sigmas.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
-def scene_field(points: Tensor, viewdirs: Tensor) -> tuple[Tensor, Tensor]:
+def scene_field(
+    points: Tensor, viewdirs: Tensor, parts: Parts = REALISTIC
+) -> tuple[Tensor, Tensor]:
     """The analytic radiance field: the truth the images are rendered from.
 
     points: [..., 3] world; viewdirs: [..., 3] unit directions of travel (camera to point).
@@ -89,12 +116,12 @@ def scene_field(points: Tensor, viewdirs: Tensor) -> tuple[Tensor, Tensor]:
     """
     shape = points.shape[:-1]
     p, d = points.reshape(-1, 3), viewdirs.reshape(-1, 3)
-    sigmas = _density(shapes.part_sdfs(p)[0])
-    return sigmas.sum(-1).reshape(shape), _colour(p, sigmas, d).reshape(*shape, 3)
+    sigmas = _density(parts.sdfs(p)[0], parts)
+    return sigmas.sum(-1).reshape(shape), _colour(p, sigmas, d, parts).reshape(*shape, 3)
 
 
 def render_rays(
-    origins: Tensor, directions: Tensor, *, step: float = STEP
+    origins: Tensor, directions: Tensor, *, step: float = STEP, parts: Parts = REALISTIC
 ) -> tuple[Tensor, Tensor]:
     """Volume-renders rays [N, 3] (unit directions) through the scene.
 
@@ -113,13 +140,13 @@ def render_rays(
     half = 0.5 * step
     while ids.numel():
         points = o + (t + half)[:, None] * d  # the midpoints of [t, t + step]
-        f, lip = shapes.part_sdfs(points)
+        f, lip = parts.sdfs(points)
         clear = ((f - WIDTH) / lip).amin(-1)  # no density within this of the midpoint
         empty = clear > half
         t = torch.where(empty, t + half + clear, t + step)
         shell = torch.nonzero((~empty) & (f.amin(-1) < WIDTH)).squeeze(-1)
         if shell.numel():
-            sigmas = _density(f[shell])  # [S, parts]
+            sigmas = _density(f[shell], parts)  # [S, parts]
             alpha = 1.0 - torch.exp(-sigmas.sum(-1) * step)
             samples.append((ids[shell], trans[shell] * alpha, points[shell], sigmas))
             trans[shell] = trans[shell] * (1.0 - alpha)
@@ -140,6 +167,6 @@ def render_rays(
         ray, weight, points, sigmas = (torch.cat(x) for x in zip(*samples, strict=True))
         for start in range(0, len(ray), COLOUR_CHUNK):
             part = slice(start, start + COLOUR_CHUNK)
-            colour = _colour(points[part], sigmas[part], directions[ray[part]])
+            colour = _colour(points[part], sigmas[part], directions[ray[part]], parts)
             rgb.index_add_(0, ray[part], weight[part, None] * colour)
     return rgb, 1.0 - transmittance

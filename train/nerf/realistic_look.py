@@ -166,14 +166,20 @@ ALBEDO = (
 def radiance(part: int, points: Tensor, normals: Tensor, viewdirs: Tensor) -> Tensor:
     """Colour [n, 3] in [0, 1] of part `part` at points [n, 3] with unit normals [n, 3],
     seen along unit directions of travel viewdirs [n, 3] (camera to point)."""
-    strength, exponent, reflectivity = MATERIALS[part]
-    light = _unit(LIGHT, points)
+    return shade(ALBEDO[part](points), normals, viewdirs, MATERIALS[part])
+
+
+def shade(albedo: Tensor, normals: Tensor, viewdirs: Tensor, material: tuple) -> Tensor:
+    """Colour [n, 3] in [0, 1] of a surface of albedo [n, 3] and unit normals [n, 3] seen
+    along viewdirs [n, 3]: material (specular strength, Blinn-Phong exponent, reflectivity)."""
+    strength, exponent, reflectivity = material
+    light = _unit(LIGHT, normals)
     lambert = (normals @ light).clamp_min(0.0)
     ambient = AMBIENT * mix((0.62, 0.58, 0.52), (1.0, 1.0, 1.0), 0.5 + 0.5 * normals[:, 2])
     half = light - viewdirs
     half = half / half.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     specular = strength * (normals * half).sum(-1).clamp_min(0.0) ** exponent * (lambert > 0)
-    colour = ALBEDO[part](points) * (ambient + DIFFUSE * lambert[:, None]) + specular[:, None]
+    colour = albedo * (ambient + DIFFUSE * lambert[:, None]) + specular[:, None]
     if reflectivity:
         reflected = viewdirs - 2 * (viewdirs * normals).sum(-1, keepdim=True) * normals
         colour = colour + reflectivity * environment(reflected)

@@ -1,0 +1,324 @@
+"""D3: ours and DirectVoxGO over a set of generated scenes, so that a model change is
+decided on the mean over scenes, not on the one scene it was tuned on.
+
+    python bench/bench_scenes.py --meshes DIR [--scenes a,b] [--config FILE] [--out DIR]
+        [--data DIR] [--set KEY=VALUE ...] [--size N] [--generate-only | --ours-only |
+        --dvgo-only]
+        [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F]
+
+The scenes (SCENES): the realistic scene (`data.scene = "realistic"`, the one the configs
+were tuned on) and scanned meshes in several looks (`data.scene = "scan"`,
+train/nerf/scan.py), 400x400, one at 800x800; 100 training and 25 test views each (the
+config's). The meshes are CGAL's demo data: Debian's `libcgal-demo` package installs them
+in /usr/share/doc/libcgal-dev/data.tar.gz (unpack it: `tar xzf ... data/meshes`); --meshes
+names the folder holding the .off files (or its `data/meshes`). Nothing is downloaded.
+
+For each scene: the scene generated into --data (once: scene.json says when it is current;
+on the GPU when there is one), ours trained on it (--config, `data.*` set per scene, its
+own schedule, through `train.loop.run`), and unless --ours-only DirectVoxGO (its default
+schedule, bench/bench_dvgo.py's functions; a log `<scene>.log` already in --dvgo-log is
+read instead of running it again, and a new run's log is kept there). Results accumulate
+in --out/scenes.json (a call updates the scenes it ran), so scenes, systems and calls can
+be split to fit a time limit; scenes.md is the table of all of them: per scene and the
+mean, PSNR, SSIM, training seconds and peak memory of each system.
+--generate-only generates the scenes and records their generation seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from bench_dvgo import (
+    GIB,
+    BenchError,
+    find_dvgo,
+    parse_dvgo_log,
+    run_dvgo,
+    run_ours,
+    score_renders,
+)
+from harness import ROOT
+
+from train.config import load_config
+from train.errors import ConfigError
+from train.loop import select_device
+from train.nerf.experiment import ensure_scene
+
+#: name, mesh file (None: the realistic scene), look, image size
+SCENES = (
+    ("realistic", None, "realistic", 400),
+    ("bunny_glossy", "bunny00.off", "glossy", 400),
+    ("cow_mirror", "cow.off", "mirror", 400),
+    ("bull_rough", "bull.off", "rough", 400),
+    ("camel_translucent", "camel.off", "translucent", 400),
+    ("armadillo_large", "armadillo.off", "large", 800),
+)
+NAMES = tuple(s[0] for s in SCENES)
+METRICS = ("psnr", "ssim", "train_seconds", "peak_allocated")
+
+
+def pick(names: str | None) -> list[tuple]:
+    """The SCENES rows named in "a,b,c" (all when None); BenchError on an unknown name."""
+    if not names:
+        return list(SCENES)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in NAMES]
+    if unknown:
+        raise BenchError(f"--scenes: unknown {', '.join(unknown)}; expected {', '.join(NAMES)}")
+    return [s for s in SCENES if s[0] in wanted]
+
+
+def find_mesh(meshes: str | None, file: str) -> Path:
+    """The mesh `file` in the folder --meshes (or its data/meshes); BenchError if absent."""
+    if not meshes:
+        raise BenchError(
+            f"--meshes not given: a folder holding {file} (Debian's libcgal-demo: "
+            "/usr/share/doc/libcgal-dev/data.tar.gz, unpacked)"
+        )
+    for path in (Path(meshes) / file, Path(meshes) / "data" / "meshes" / file):
+        if path.is_file():
+            return path.resolve()
+    raise BenchError(f"--meshes {meshes}: no {file} there (nor in its data/meshes)")
+
+
+def scene_overrides(
+    row: tuple, meshes: str | None, data: Path, size: int | None = None
+) -> list[str]:
+    """The --set options that put scene `row` in the config's `data.*` (`size`: instead
+    of the row's, a quick check)."""
+    name, mesh, look, size = (*row[:3], size or row[3])
+    sets = [f"data.path={json.dumps(str(data / f'{name}_{size}'))}", f"data.scene_size={size}"]
+    sets += ["data.generate=true"]
+    if mesh is None:
+        return sets + [f"data.scene={look}"]
+    path = find_mesh(meshes, mesh)
+    return sets + [
+        "data.scene=scan",
+        f"data.scene_mesh={json.dumps(str(path))}",
+        f"data.scene_look={look}",
+    ]
+
+
+def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of a `run_ours` result that the table shows."""
+    summary = ours["summary"] or {}
+    return {
+        "psnr": summary.get("psnr"),
+        "ssim": summary.get("ssim"),
+        "train_seconds": summary.get("train_seconds"),
+        "steps": summary.get("steps"),
+        "peak_allocated": ours["peak_allocated"],
+        "peak_reserved": ours["peak_reserved"],
+    }
+
+
+def dvgo_summary(text: str, scene: Path) -> dict[str, Any]:
+    """DirectVoxGO's numbers from its output; PSNR and SSIM of its 8-bit renders scored
+    here (as ours) when they are still on disk, else its own."""
+    result = parse_dvgo_log(text)
+    renders = Path(result["render_dir"]) if result["render_dir"] else None
+    scored = score_renders(renders, scene) if renders and renders.is_dir() else None
+    return {
+        "psnr": scored["psnr"] if scored else result["psnr"],
+        "ssim": scored["ssim"] if scored else result["ssim"],
+        "scored_here": scored is not None,
+        "own_psnr": result["psnr"],
+        "own_ssim": result["ssim"],
+        "train_seconds": result["train_seconds"],
+        "peak_allocated": result["peak_allocated"],
+        "peak_reserved": result["peak_reserved"],
+    }
+
+
+def means(results: dict[str, dict], system: str) -> dict[str, Any]:
+    """Mean of each of METRICS over the scenes where `system` has a value; `scenes`: how
+    many scenes have its PSNR."""
+    out: dict[str, Any] = {}
+    for key in METRICS:
+        values = [r[system].get(key) for r in results.values() if r.get(system)]
+        values = [v for v in values if v is not None]
+        out[key] = sum(values) / len(values) if values else None
+        if key == "psnr":
+            out["scenes"] = len(values)
+    return out
+
+
+def difference(results: dict[str, dict]) -> tuple[float | None, int]:
+    """Mean of ours' PSNR less DirectVoxGO's over the scenes that have both, and how many."""
+    both = [
+        r["ours"]["psnr"] - r["dvgo"]["psnr"]
+        for r in results.values()
+        if r.get("ours") and r.get("dvgo") and None not in (r["ours"]["psnr"], r["dvgo"]["psnr"])
+    ]
+    return (sum(both) / len(both) if both else None), len(both)
+
+
+def _number(value, fmt: str) -> str:
+    missing = value is None or (isinstance(value, float) and math.isnan(value))
+    return "-" if missing else fmt.format(value)
+
+
+def _cells(entry: dict | None) -> list[str]:
+    entry = entry or {}
+    peak = entry.get("peak_allocated")
+    return [
+        _number(entry.get("psnr"), "{:.2f}"),
+        _number(entry.get("ssim"), "{:.4f}"),
+        _number(entry.get("train_seconds"), "{:.1f}"),
+        "-" if peak is None else f"{peak / GIB:.2f}",
+    ]
+
+
+def markdown(results: dict[str, dict], meta: dict) -> str:
+    """The table: one row per scene (SCENES' order), then the means and the difference."""
+    head = ["scene", "mesh", "look", "size", "generated s"]
+    head += [f"{s} {m}" for s in ("ours", "DVGO") for m in ("PSNR", "SSIM", "train s", "GiB")]
+    lines = [
+        f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| --- | --- | --- | ---: | ---: | " + " | ".join(["---:"] * 8) + " |",
+    ]
+    order = [n for n in NAMES if n in results] + [n for n in results if n not in NAMES]
+    for name in order:
+        r = results[name]
+        cells = [name, r.get("mesh") or "-", r["look"], f"{r['size']}x{r['size']}"]
+        cells += [_number(r.get("generate_seconds"), "{:.1f}")]
+        cells += _cells(r.get("ours")) + _cells(r.get("dvgo"))
+        lines.append("| " + " | ".join(cells) + " |")
+    ours, dvgo = means(results, "ours"), means(results, "dvgo")
+    label = f"mean (ours {ours['scenes']}, DVGO {dvgo['scenes']} scenes)"
+    lines.append("| " + " | ".join([label, "", "", "", ""] + _cells(ours) + _cells(dvgo)) + " |")
+    delta, count = difference(results)
+    lines += [
+        "",
+        f"Ours - DirectVoxGO, mean PSNR over the {count} scenes with both: "
+        f"{_number(delta, '{:+.2f}')} dB.",
+        "",
+        "PSNR and SSIM: mean over each scene's test views (DirectVoxGO: its 8-bit renders "
+        "scored here when they were still on disk, else its own float numbers). Training "
+        "seconds: ours the steps alone, DirectVoxGO its coarse + fine stages. GiB: peak "
+        "torch.cuda.max_memory_allocated. Generated s: rendering the scene's images "
+        "(its signed-distance grid included), on the GPU when there is one.",
+    ]
+    return "\n".join(lines)
+
+
+def load_results(path: Path) -> dict[str, dict]:
+    """The per-scene results of earlier calls (scenes.json), or {}."""
+    try:
+        return json.loads(path.read_text())["scenes"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def save(out: Path, results: dict[str, dict], meta: dict) -> str:
+    table = markdown(results, meta)
+    means_ = {"ours": means(results, "ours"), "dvgo": means(results, "dvgo")}
+    doc = {**meta, "scenes": results, "means": means_, "ours_minus_dvgo": difference(results)}
+    (out / "scenes.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (out / "scenes.md").write_text(table + "\n")
+    return table
+
+
+def one_scene(row: tuple, args, device: torch.device, entry: dict, dvgo_dir: Path | None) -> None:
+    """Generates scene `row`, then trains the systems asked for; fills `entry`."""
+    name = row[0]
+    overrides = scene_overrides(row, args.meshes, args.data, args.size)
+    sets = ["output.progress=false", *args.set, *overrides]
+    base = load_config(args.config, sets)
+    start = time.perf_counter()
+    scene = ensure_scene(base, device).resolve()
+    seconds = time.perf_counter() - start
+    if seconds > 1.0 or "generate_seconds" not in entry:  # not merely found in place
+        entry["generate_seconds"] = seconds
+    print(f"bench_scenes: {name} ready in {seconds:.1f} s ({scene})", flush=True)
+    if args.generate_only:
+        return
+    if not args.ours_only:
+        cached = Path(args.dvgo_log) / f"{name}.log" if args.dvgo_log else None
+        if cached is not None and cached.is_file():
+            text = cached.read_text()
+        else:
+            work = Path(args.work) / name
+            log = cached or work / "dvgo.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            text = run_dvgo(dvgo_dir, scene, work, log, iters=args.dvgo_iters)
+        entry["dvgo"] = dvgo_summary(text, scene)
+    if not args.dvgo_only:
+        quiet = ["output.checkpoint_every=0", "output.turntable_frames=0"]
+        config = load_config(args.config, [*sets, *quiet])
+        run_dir = Path(args.work) / name / "ours"
+        entry["ours"] = ours_result(run_ours(config, run_dir, device))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--meshes", default=None, help="folder of the .off meshes")
+    parser.add_argument("--scenes", default=None, help=f"comma-separated, of {', '.join(NAMES)}")
+    parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_realistic_gpu.toml"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "scenes"))
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
+    parser.add_argument("--work", default=str(ROOT / "bench" / "results" / "scenes_work"))
+    parser.add_argument("--size", type=int, default=None, help="every scene's size (a check)")
+    parser.add_argument("--generate-only", action="store_true", help="generate, train nothing")
+    parser.add_argument("--ours-only", action="store_true", help="no DirectVoxGO")
+    parser.add_argument("--dvgo-only", action="store_true", help="DirectVoxGO alone")
+    parser.add_argument("--dvgo", default=None, help="DirectVoxGO folder (default: $DVGO_DIR)")
+    parser.add_argument("--dvgo-log", default=None, help="folder of <scene>.log outputs")
+    parser.add_argument("--dvgo-iters", default=None, metavar="C,F", help="a quick check")
+    return parser.parse_args(argv)
+
+
+def main(argv=None, train=one_scene) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = load_results(out / "scenes.json")
+    meta = {
+        "device_name": "CPU",
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": args.config,
+        "overrides": args.set,
+    }
+    try:
+        rows = pick(args.scenes)
+        needs_dvgo = not (args.ours_only or args.generate_only)
+        dvgo_dir = find_dvgo(args.dvgo) if needs_dvgo and not _all_cached(args, rows) else None
+        device = select_device(load_config(args.config, ["output.progress=false"]).device)
+        if device.type == "cuda":
+            meta["device_name"] = torch.cuda.get_device_name(device)
+        for row in rows:
+            entry = results.setdefault(row[0], {})
+            entry.update(mesh=row[1], look=row[2], size=args.size or row[3])
+            train(row, args, device, entry, dvgo_dir)
+            save(out, results, meta)  # after every scene: a later failure keeps the others
+    except (BenchError, ConfigError) as error:
+        print(f"bench_scenes: {error}", file=sys.stderr)
+        return 2
+    table = save(out, results, meta)
+    print(table)
+    print(f"wrote {out / 'scenes.md'} and {out / 'scenes.json'}")
+    return 0
+
+
+def _all_cached(args, rows: list[tuple]) -> bool:
+    """Every scene's DirectVoxGO output is in --dvgo-log already (no DirectVoxGO needed)."""
+    return bool(args.dvgo_log) and all(
+        (Path(args.dvgo_log) / f"{row[0]}.log").is_file() for row in rows
+    )
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
