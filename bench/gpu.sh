@@ -97,7 +97,11 @@
 # SDF_RESOLUTIONS (default 256,512), full and mesh-only. Writes $OUT/sdf.json, sdf.md.
 #   bash bench/gpu.sh view
 # `view`: grid built as for `sdf`; NERF_CONFIG (default configs/nerf_realistic_gpu.toml)
-# trained, then bench/bench_viewer.py --render-only --size 512 on it ($OUT/view.log).
+# trained, then bench/bench_viewer.py --render-only --size 512 on it ($OUT/view.log); with
+# viser (installed from the wheels in VIEWER_WHEELS, default .anchors/wheels, when missing:
+# no download) bench_viewer.py --client python --size 512 on the same run
+# ($OUT/view_client.json) and the steps/s of NERF_CONFIG trained without and with --view
+# ($OUT/view_cost/view_cost.md, .json; VIEW_COST_ARGS=--moving adds a moving camera).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -157,6 +161,27 @@ if [ "$what" = view ]; then
   python3 -m train --config "${NERF_CONFIG:-configs/nerf_realistic_gpu.toml}" --out "$run" --overwrite \
     --set output.pictures=false --set output.progress=false 2>&1 | tail -n 3 | tee "$OUT/view.log"
   python3 bench/bench_viewer.py "$run" --render-only --size 512 2>&1 | tee -a "$OUT/view.log"
+  wheels=${VIEWER_WHEELS:-.anchors/wheels}
+  if ! python3 -c "import viser" 2>/dev/null && [ -d "$wheels" ]; then  # no network: carried wheels
+    python3 -m pip install -q --no-index --find-links "$wheels" viser 2>&1 \
+      | tail -n 3 | tee -a "$OUT/view.log"
+  fi
+  if python3 -c "import viser" 2>/dev/null; then
+    # the viewer with a browser-free client (bench/viser_client.py) on the trained run, timed
+    # at the client and in the viewer's log; then the config trained without --view, with
+    # --view alone, with --view and a client holding a still camera (VIEW_COST_ARGS=--moving
+    # adds a client orbiting all the time: one more training run)
+    python3 bench/bench_viewer.py "$run" --client python --size 512 --json "$OUT/view_client.json" \
+      2>&1 | grep -v "[│╭╰]" | tee -a "$OUT/view.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # shellcheck disable=SC2086  # VIEW_COST_ARGS is a word list
+    python3 bench/bench_viewer.py --train-cost "${NERF_CONFIG:-configs/nerf_realistic_gpu.toml}" \
+      --out "$OUT/view_cost" --runs /tmp/view_cost_runs ${VIEW_COST_ARGS:-} 2>&1 | tee -a "$OUT/view.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  else
+    echo "view: no viser (VIEWER_WHEELS: a folder of its wheels): no client measurements" \
+      | tee -a "$OUT/view.log"
+  fi
 fi
 if [ "$what" = sdf ]; then
   if [ -n "${SDF_PROFILE:-}" ]; then  # where a 256^3 mesh-only run's seconds go
