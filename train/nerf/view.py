@@ -217,7 +217,7 @@ class NerfView:
         self.renderers.clear()
 
     def _connect(self, client) -> None:
-        from ..viewer.progressive import ProgressiveRenderer
+        from ..viewer.progressive import ProgressiveRenderer, camera_of
 
         if client.client_id in self.renderers:
             return
@@ -231,6 +231,11 @@ class NerfView:
         self.renderers[client.client_id] = renderer
         client.camera.on_update(lambda _: renderer.moved())
         renderer.start()
+        try:  # the browser's first camera can come before on_update was registered
+            camera_of(client.camera)
+        except AssertionError:
+            return
+        renderer.moved()
 
     def _disconnect(self, client) -> None:
         renderer = self.renderers.pop(client.client_id, None)

@@ -75,7 +75,7 @@ class Viewer:
         require("viser", key="grid-train view", needs="the viewer", install=INSTALL_VIEW)
         import viser
 
-        if not out.is_dir():
+        if not out.is_dir() and not wait:  # a starting run makes it once its data is read
             raise ConfigError(
                 f"RUN: {out} is not a directory (a run directory: grid-train's --out)"
             )
