@@ -381,20 +381,27 @@ def grid_swap(args, dvgo_dir: Path | None, scene: Path, work: Path, out: Path) -
 # ---- main ----------------------------------------------------------------------------------
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def common_args(description: str, config: str, work: str, work_help: str):
+    """The arguments bench_dvgo.py and dvgo_unbounded.py share: an ArgumentParser."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dvgo", default=None, help="DirectVoxGO folder (default: $DVGO_DIR)")
-    parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_realistic_gpu.toml"))
+    parser.add_argument("--config", default=str(ROOT / "configs" / config))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
-    parser.add_argument(
-        "--work",
-        default=str(ROOT / "bench" / "results" / "dvgo_work"),
-        help="DirectVoxGO's config, output, logs and renders",
-    )
+    parser.add_argument("--work", default=str(ROOT / "bench" / "results" / work), help=work_help)
     parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
     parser.add_argument(
         "--dvgo-only", action="store_true", help="stop after DirectVoxGO (then --dvgo-log)"
+    )
+    return parser
+
+
+def parse_args(argv=None):
+    parser = common_args(
+        __doc__.split("\n\n")[0],
+        "nerf_realistic_gpu.toml",
+        "dvgo_work",
+        "DirectVoxGO's config, output, logs and renders",
     )
     parser.add_argument(
         "--grid",

@@ -36,7 +36,6 @@ whole curve), dvgo.log, dvgo_test_000.png (DirectVoxGO's first test render), our
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -51,6 +50,7 @@ from bench_dvgo import (
     BenchError,
     _ours_row,
     at_time,
+    common_args,
     find_dvgo,
     markdown,
     parse_dvgo_log,
@@ -303,19 +303,11 @@ def wait(work: Path, out: Path, seconds: float) -> int:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dvgo", default=None, help="DirectVoxGO folder (default: $DVGO_DIR)")
-    parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_unbounded_gpu.toml"))
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
-    parser.add_argument(
-        "--work",
-        default=str(ROOT / "bench" / "results" / "dvgo_unbounded_work"),
-        help="the LLFF folder, DirectVoxGO's config, output, logs and renders, detached runs",
-    )
-    parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
-    parser.add_argument(
-        "--dvgo-only", action="store_true", help="stop after DirectVoxGO (then --dvgo-log)"
+    parser = common_args(
+        __doc__.split("\n\n")[0],
+        "nerf_unbounded_gpu.toml",
+        "dvgo_unbounded_work",
+        "the LLFF folder, DirectVoxGO's config, output, logs and renders, detached runs",
     )
     parser.add_argument(
         "--dvgo-iters", type=int, default=None, help="DirectVoxGO's iterations (its 40000)"

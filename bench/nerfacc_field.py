@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import grid
+from train.nerf.model import color_mlp
 from train.nerf.render import positional_encoding  # VoxelNeRF's view encoding
 
 BACKENDS = ("ours", "grid_sample")
@@ -98,15 +99,7 @@ class DenseRadianceField(nn.Module):
         self.density = make_grid(backend, resolution, 1, bounds, device)
         self.color = make_grid(backend, resolution, features, bounds, device)
         self.view_frequencies = view_frequencies
-        view_dim = 3 * (1 + 2 * view_frequencies)
-        self.mlp = nn.Sequential(
-            nn.Linear(features + view_dim, hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, 3),
-        ).to(device)
-        nn.init.zeros_(self.mlp[-1].bias)
+        self.mlp = color_mlp(features, view_frequencies, hidden, device)  # VoxelNeRF's
         self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
         lo, hi = bounds
         spacings = [(b - a) / (resolution - 1) for a, b in zip(lo, hi, strict=True)]

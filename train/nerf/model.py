@@ -150,6 +150,23 @@ def make_grid(
     raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
+def color_mlp(
+    features: int, view_frequencies: int, hidden: int, device: torch.device | str | None
+) -> nn.Sequential:
+    """The colour MLP: [features, PE(view direction) with `view_frequencies`] -> 3 raw
+    colours (before the sigmoid), two hidden ReLU layers of `hidden`, output bias zero."""
+    view_dim = 3 * (1 + 2 * view_frequencies)
+    mlp = nn.Sequential(
+        nn.Linear(features + view_dim, hidden),
+        nn.ReLU(inplace=True),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(inplace=True),
+        nn.Linear(hidden, 3),
+    ).to(device)
+    nn.init.zeros_(mlp[-1].bias)
+    return mlp
+
+
 #: Values of `mlp_dtype`: the colour MLP's compute dtype.
 MLP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -239,15 +256,7 @@ class VoxelNeRF(nn.Module):
         self.density = make_grid(backend, size, 1, bounds, device)
         self.color = make_grid(backend, size, color_features, bounds, device)
         self.view_frequencies = view_frequencies
-        view_dim = 3 * (1 + 2 * view_frequencies)
-        self.mlp = nn.Sequential(
-            nn.Linear(color_features + view_dim, hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, 3),
-        ).to(device)
-        nn.init.zeros_(self.mlp[-1].bias)
+        self.mlp = color_mlp(color_features, view_frequencies, hidden, device)
         self.step_ratio = step_ratio
         self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
         self.final_voxel = mean_spacing(self.bounds_list, final)
