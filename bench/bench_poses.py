@@ -1,23 +1,27 @@
 """P1: camera poses from images (`python -m train.nerf.poses`, COLMAP through pycolmap) on
 views the project renders, against the true cameras.
 
-    python bench/bench_poses.py [--scene realistic|textured] [--size 400] [--views 100]
-        [--cache DIR] [--device cpu|cuda] [--json PATH] [--matcher exhaustive|sequential]
+    python bench/bench_poses.py [--scene realistic|textured|unbounded] [--size 400]
+        [--views 100] [--cache DIR] [--device cpu|cuda] [--json PATH]
+        [--matcher exhaustive|sequential]
         [--camera-model SIMPLE_RADIAL] [--max-error PX]
 
 The realistic scene (`train.nerf.realistic`, what `train.nerf.generate --scene realistic`
 renders) at 400x400 from 100 cameras of its training spiral (radius 4, elevations -20 to 75
 degrees, `train.nerf.generate.camera_poses`), composited onto white as a photo would be;
-or the quick textured scene of the tests (`train.nerf.textured`). Rendering the realistic
+or the quick textured scene of the tests (`train.nerf.textured`); or the unbounded scene
+(`train.nerf.outdoor`: an object on ground to the horizon, buildings, a sky; its training
+orbit, radius 2.6 to 4 and height 0.3 to 2, opaque images). Rendering the realistic
 views takes minutes (about 10 s a view on one busy CPU core; far less on a GPU with --device
 cuda): they are cached in --cache (default bench/results/poses_<scene>_<size>_<views>/), one
 PNG a view, so an interrupted render continues.
 
 Prints one table row and writes JSON (--json, default bench/results/poses.json): registered
-%, median / mean / max rotation error (degrees) and camera-centre error (% of the scene
-size, 3.0: the box [-1.5, 1.5]^3) after the similarity that best aligns the estimated centres
-with the true ones (Umeyama), COLMAP's mean reprojection error (px) and track length, and
-the seconds of the pose command (rendering not included).
+%, median / mean / max rotation error (degrees) and camera-centre error (% of the scene's
+size: the box's side, 3, for the bounded scenes; the camera orbit's outer diameter, 8, for
+the unbounded one) after the similarity that best aligns the estimated centres with the true
+ones (Umeyama), COLMAP's mean reprojection error (px) and track length, and the seconds of
+the pose command (rendering not included).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ if str(ROOT) not in sys.path:
 
 from train.nerf.orient import pose_errors  # noqa: E402
 
-SCENE_SIZE = 3.0
+SCENE_SIZES = {"realistic": 3.0, "textured": 3.0, "unbounded": 8.0}  # see the docstring
 
 
 def render(scene: str, size: int, views: int, cache: Path, device: str) -> np.ndarray:
@@ -53,6 +57,10 @@ def render(scene: str, size: int, views: int, cache: Path, device: str) -> np.nd
         from train.nerf import textured
 
         c2w = textured.capture_poses(views)
+    elif scene == "unbounded":
+        from train.nerf import outdoor
+
+        c2w = outdoor.camera_poses(views, 1, 1, seed=0)["train"]
     else:
         from train.nerf.generate import camera_poses
 
@@ -71,7 +79,7 @@ def render(scene: str, size: int, views: int, cache: Path, device: str) -> np.nd
         else:
             from train.nerf.generate import render_views
 
-            rgba = render_views(c2w[k : k + 1], size, device=device, scene="realistic")[0]
+            rgba = render_views(c2w[k : k + 1], size, device=device, scene=scene)[0]
         pixels = (rgba.numpy() * 255 + 0.5).clip(0, 255).astype(np.uint8)
         Image.fromarray(pixels).save(file)
         print(f"rendered view {k + 1}/{views} in {time.perf_counter() - start:.1f} s", flush=True)
@@ -90,7 +98,9 @@ def photos(cache: Path, views: int, out: Path) -> None:
         Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(out / f"view_{k:03d}.png")
 
 
-def measure(truth: np.ndarray, views: int, cache: Path, matcher: str, options: list[str]) -> dict:
+def measure(
+    truth: np.ndarray, views: int, cache: Path, matcher: str, options: list[str], size: float
+) -> dict:
     """Runs the pose command on the cached views and scores it against `truth`."""
     from train.nerf.poses import main
 
@@ -109,7 +119,7 @@ def measure(truth: np.ndarray, views: int, cache: Path, matcher: str, options: l
     frames = meta["frames"]
     index = [int(f["file_path"].rsplit("_", 1)[1].split(".")[0]) for f in frames]
     estimated = np.array([f["transform_matrix"] for f in frames])
-    errors = pose_errors(estimated, truth[index], SCENE_SIZE)
+    errors = pose_errors(estimated, truth[index], size)
     return {
         "registered": len(frames),
         "views": views,
@@ -127,7 +137,7 @@ def measure(truth: np.ndarray, views: int, cache: Path, matcher: str, options: l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scene", choices=("realistic", "textured"), default="realistic")
+    parser.add_argument("--scene", choices=tuple(SCENE_SIZES), default="realistic")
     parser.add_argument("--size", type=int, default=400)
     parser.add_argument("--views", type=int, default=100)
     parser.add_argument("--cache", type=Path)
@@ -142,7 +152,7 @@ def main() -> None:
     truth = render(args.scene, args.size, args.views, cache, args.device)
     options = ["--camera-model", args.camera_model]
     options += ["--max-error", str(args.max_error)] if args.max_error else []
-    result = measure(truth, args.views, cache, args.matcher, options)
+    result = measure(truth, args.views, cache, args.matcher, options, SCENE_SIZES[args.scene])
     result |= {"scene": args.scene, "size": args.size, "matcher": args.matcher}
     result |= {"camera_model": args.camera_model, "max_error": args.max_error}
     result |= {"machine": platform.node(), "cpu_threads": torch.get_num_threads()}
