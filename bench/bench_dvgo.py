@@ -390,18 +390,14 @@ def common_args(description: str, config: str, work: str, work_help: str):
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
     parser.add_argument("--work", default=str(ROOT / "bench" / "results" / work), help=work_help)
     parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
-    parser.add_argument(
-        "--dvgo-only", action="store_true", help="stop after DirectVoxGO (then --dvgo-log)"
-    )
+    parser.add_argument("--dvgo-only", action="store_true", help="stop after DirectVoxGO")
     return parser
 
 
 def parse_args(argv=None):
+    work_help = "DirectVoxGO's config, output, logs and renders"
     parser = common_args(
-        __doc__.split("\n\n")[0],
-        "nerf_realistic_gpu.toml",
-        "dvgo_work",
-        "DirectVoxGO's config, output, logs and renders",
+        __doc__.split("\n\n")[0], "nerf_realistic_gpu.toml", "dvgo_work", work_help
     )
     parser.add_argument(
         "--grid",
