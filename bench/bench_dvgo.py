@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 from dvgo_grid import swap_table
-from harness import ROOT
+from harness import ROOT, nerf_run_meta
 
 from train.config import load_config
 from train.errors import ConfigError
@@ -471,20 +471,7 @@ def main(argv=None) -> int:
     except (BenchError, ConfigError) as error:
         print(f"bench_dvgo: {error}", file=sys.stderr)
         return 2
-    d = config.data
-    meta = {
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "config": args.config,
-        "overrides": args.set,
-        "scene": d.scene,
-        "size": d.scene_size,
-        "train_views": d.scene_train_views,
-        "test_views": d.scene_test_views,
-        "scene_seconds": generated,
-        "ours_steps": steps,
-    }
+    meta = nerf_run_meta(config, args.config, args.set, device, generated, steps)
     rows = table_rows(dvgo, scored, ours, shipped)
     table = markdown(rows, meta)
     print(table)

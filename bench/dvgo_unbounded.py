@@ -45,7 +45,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from bench_dvgo import (
     BenchError,
     _ours_row,
@@ -58,7 +57,7 @@ from bench_dvgo import (
     score_renders,
 )
 from dvgo_llff import LlffError, write_llff
-from harness import ROOT
+from harness import ROOT, nerf_run_meta
 
 from train.config import load_config
 from train.errors import ConfigError
@@ -357,20 +356,7 @@ def main(argv=None) -> int:
     except (BenchError, ConfigError, LlffError) as error:
         print(f"dvgo_unbounded: {error}", file=sys.stderr)
         return 2
-    d = config.data
-    meta = {
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "config": args.config,
-        "overrides": args.set,
-        "scene": d.scene,
-        "size": d.scene_size,
-        "train_views": d.scene_train_views,
-        "test_views": d.scene_test_views,
-        "scene_seconds": generated,
-        "ours_steps": steps,
-    }
+    meta = nerf_run_meta(config, args.config, args.set, device, generated, steps)
     rows = table_rows(dvgo, scored, ours)
     table = "\n".join([markdown(rows, meta), *notes(dvgo, ours["records"], info, steps)])
     print(table)

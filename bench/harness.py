@@ -478,3 +478,22 @@ def write_results(path: Path, result: dict, top: str, rows: list[dict], met: lis
     md_head = ["| target | measured | |", "| --- | ---: | --- |"]
     md.write_text("\n\n".join([top, markdown_table(rows), "\n".join(md_head + md_targets)]) + "\n")
     return md
+
+
+def nerf_run_meta(config, path: str, overrides: list[str], device, scene_s: float, steps: int):
+    """What a NeRF benchmark against DirectVoxGO records of its run: the device, torch, the
+    date, the config (`path` with `overrides`), its generated scene and ours' steps."""
+    d = config.data
+    return {
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": path,
+        "overrides": overrides,
+        "scene": d.scene,
+        "size": d.scene_size,
+        "train_views": d.scene_train_views,
+        "test_views": d.scene_test_views,
+        "scene_seconds": scene_s,
+        "ours_steps": steps,
+    }
