@@ -253,34 +253,24 @@ def at_time(records: list[dict], seconds: float) -> tuple[dict, bool]:
 # ---- the table -----------------------------------------------------------------------------
 
 
+def dvgo_rows(dvgo: dict, scored: dict | None, system: str, moment: str) -> list[dict]:
+    """DirectVoxGO's end as table rows: its own float renders' numbers (`moment`), then its
+    8-bit renders scored here (`score_renders`) when there are some."""
+    row = {"system": system, "moment": moment, "train_seconds": dvgo["train_seconds"]}
+    rows = [row | {k: dvgo[k] for k in ("psnr", "ssim", "peak_allocated", "peak_reserved")}]
+    if scored is not None:
+        row = row | {"moment": "end, its 8-bit renders scored here"}
+        rows.append(row | {k: scored.get(k) for k in ("psnr", "ssim", "background_mse")})
+    return rows
+
+
 def table_rows(
     dvgo: dict, scored: dict | None, ours: dict, shipped: dict | None = None
 ) -> list[dict]:
     """One row per (system, moment): training seconds, PSNR, SSIM, peaks. `shipped`: ours
     with the config's own schedule (--shipped), its end."""
     t = dvgo["train_seconds"]
-    rows = [
-        {
-            "system": "DirectVoxGO",
-            "moment": "end (coarse + fine), its float renders",
-            "train_seconds": t,
-            "psnr": dvgo["psnr"],
-            "ssim": dvgo["ssim"],
-            "peak_allocated": dvgo["peak_allocated"],
-            "peak_reserved": dvgo["peak_reserved"],
-        }
-    ]
-    if scored is not None:
-        rows.append(
-            {
-                "system": "DirectVoxGO",
-                "moment": "end, its 8-bit renders scored here",
-                "train_seconds": t,
-                "psnr": scored["psnr"],
-                "ssim": scored["ssim"],
-                "background_mse": scored.get("background_mse"),
-            }
-        )
+    rows = dvgo_rows(dvgo, scored, "DirectVoxGO", "end (coarse + fine), its float renders")
     records = ours["records"]
     for label, k in (("T/3", 1), ("2T/3", 2), ("T (equal time)", 3)):
         record, reached = at_time(records, t * k / 3)

@@ -50,6 +50,7 @@ from bench_dvgo import (
     _ours_row,
     at_time,
     common_args,
+    dvgo_rows,
     find_dvgo,
     markdown,
     parse_dvgo_log,
@@ -172,27 +173,7 @@ def table_rows(dvgo: dict, scored: dict | None, ours: dict) -> list[dict]:
     """One row per (system, moment), bench_dvgo's columns: DirectVoxGO's end (its float
     renders, then its 8-bit renders scored here), ours at T/2 and T, and ours' end."""
     t = dvgo["train_seconds"]
-    rows = [
-        {
-            "system": "DirectVoxGO v2",
-            "moment": "end (no coarse stage), its float renders",
-            "train_seconds": t,
-            "psnr": dvgo["psnr"],
-            "ssim": dvgo["ssim"],
-            "peak_allocated": dvgo["peak_allocated"],
-            "peak_reserved": dvgo["peak_reserved"],
-        }
-    ]
-    if scored is not None:
-        rows.append(
-            {
-                "system": "DirectVoxGO v2",
-                "moment": "end, its 8-bit renders scored here",
-                "train_seconds": t,
-                "psnr": scored["psnr"],
-                "ssim": scored["ssim"],
-            }
-        )
+    rows = dvgo_rows(dvgo, scored, "DirectVoxGO v2", "end (no coarse stage), its float renders")
     records = ours["records"]
     for label, fraction in (("T/2", 0.5), ("T (equal time)", 1.0)):
         record, on_time = at_time(records, t * fraction)
