@@ -159,19 +159,26 @@ def run_dvgo(
     work.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(work / "dvgo_logs", ignore_errors=True)  # it would resume a coarse stage
     config = write_dvgo_config(work, dvgo, scene, iters)
+    return launch_dvgo(dvgo, config, log, ["dvgo_grid.py"] if our_grid else [], "bench_dvgo")
+
+
+def launch_dvgo(dvgo: Path, config: Path, log: Path, wrappers: list[str], name: str) -> str:
+    """DirectVoxGO's runner on `config` through bench/cuda_peak.py (its peak memory) and the
+    bench/ `wrappers` (scripts that change it before it starts), in a subprocess; returns
+    its output, also in `log`. `name` labels the lines printed."""
     here = Path(__file__).resolve().parent
-    command = [sys.executable, str(here / "cuda_peak.py")]
-    command += [str(here / "dvgo_grid.py")] if our_grid else []
+    command = [sys.executable, str(here / "cuda_peak.py"), *(str(here / w) for w in wrappers)]
     command += [str(dvgo / "run_dvgo.py"), "--config", str(config)]
     command += ["--render_test", "--dump_images", "--eval_ssim", "--i_print", "2500"]
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"))
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
-    print(f"bench_dvgo: running DirectVoxGO ({' '.join(command[2:])})", flush=True)
+    shown = " ".join(command[2 + len(wrappers) :])
+    print(f"{name}: running DirectVoxGO ({shown})", flush=True)
     start = time.perf_counter()
     with log.open("w") as out:
         code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=dvgo)
     seconds = time.perf_counter() - start
-    print(f"bench_dvgo: DirectVoxGO exited {code.returncode} after {seconds:.0f} s")
+    print(f"{name}: DirectVoxGO exited {code.returncode} after {seconds:.0f} s")
     return log.read_text()
 
 

@@ -52,6 +52,7 @@ from bench_dvgo import (
     common_args,
     dvgo_rows,
     find_dvgo,
+    launch_dvgo,
     markdown,
     parse_dvgo_log,
     run_ours,
@@ -99,21 +100,9 @@ def write_unbounded_config(work: Path, dvgo: Path, llff: Path, iters: int | None
 
 def run_dvgo(dvgo: Path, config: Path, log: Path) -> str:
     """Runs DirectVoxGO on `config` (its log folder emptied first: it would resume from a
-    checkpoint there); returns its output, also in `log`."""
+    checkpoint there) with the v2 shims; returns its output, also in `log`."""
     shutil.rmtree(config.parent / "dvgo_logs", ignore_errors=True)
-    here = Path(__file__).resolve().parent
-    command = [sys.executable, str(here / "cuda_peak.py"), str(here / "dvgo_v2_shims.py")]
-    command += [str(dvgo / "run_dvgo.py"), "--config", str(config)]
-    command += ["--render_test", "--dump_images", "--eval_ssim", "--i_print", "2500"]
-    env = dict(os.environ, TORCH_CUDA_ARCH_LIST=os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"))
-    env.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
-    print(f"dvgo_unbounded: running DirectVoxGO ({' '.join(command[3:])})", flush=True)
-    start = time.perf_counter()
-    with log.open("w") as out:
-        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=dvgo)
-    seconds = time.perf_counter() - start
-    print(f"dvgo_unbounded: DirectVoxGO exited {code.returncode} after {seconds:.0f} s")
-    return log.read_text()
+    return launch_dvgo(dvgo, config, log, ["dvgo_v2_shims.py"], "dvgo_unbounded")
 
 
 def dvgo_side(args, scene: Path, work: Path, out: Path) -> tuple[dict, dict | None, dict | None]:
