@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+import grid
+
 from ..sdf.mesh import Mesh
 from ..sdf.scoring import face_normals
 
@@ -141,24 +143,18 @@ class SdfGrid:
         return copies[device]
 
     def __call__(self, points: Tensor) -> Tensor:
-        """The trilinear interpolation at points [n, 3] (inside the grid) -> [n]."""
+        """The trilinear interpolation at points [n, 3] -> [n] (`grid.sample`; outside the
+        grid, as at its nearest face)."""
         values = self.on(points.device).values
-        size = torch.tensor(values.shape, device=points.device)
-        lo = torch.tensor(self.lo, dtype=points.dtype, device=points.device)
-        x = (points - lo) / self.h
-        cell = x.floor().long().clamp(torch.zeros_like(size), size - 2)
-        w = (x - cell).clamp(0.0, 1.0).to(values.dtype)
-        flat = values.reshape(-1)
-        base = (cell[:, 0] * size[1] + cell[:, 1]) * size[2] + cell[:, 2]
-        out = torch.zeros(len(points), dtype=values.dtype, device=points.device)
-        for dx in (0, 1):
-            for dy in (0, 1):
-                for dz in (0, 1):
-                    corner = flat[base + (dx * size[1] + dy) * size[2] + dz]
-                    weight = w[:, 0] if dx else 1 - w[:, 0]
-                    weight = weight * (w[:, 1] if dy else 1 - w[:, 1])
-                    out = out + weight * (w[:, 2] if dz else 1 - w[:, 2]) * corner
-        return out.to(points.dtype)
+        hi = [lo + (n - 1) * self.h for lo, n in zip(self.lo, values.shape, strict=True)]
+        out = grid.sample(
+            values[..., None],  # [X, Y, Z, 1]
+            points.to(values.dtype),
+            align_corners=True,
+            padding="border",
+            bounds=[self.lo, hi],
+        )
+        return out[:, 0].to(points.dtype)
 
 
 def sdf_grid(mesh: Mesh, resolution: int, clear: float, reach: float) -> SdfGrid:
