@@ -39,11 +39,10 @@ import torch
 from bench_dvgo import (
     GIB,
     BenchError,
+    dvgo_result,
     find_dvgo,
-    parse_dvgo_log,
     run_dvgo,
     run_ours,
-    score_renders,
 )
 from harness import ROOT
 
@@ -123,9 +122,8 @@ def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
 def dvgo_summary(text: str, scene: Path) -> dict[str, Any]:
     """DirectVoxGO's numbers from its output; PSNR and SSIM of its 8-bit renders scored
     here (as ours) when they are still on disk, else its own."""
-    result = parse_dvgo_log(text)
-    renders = Path(result["render_dir"]) if result["render_dir"] else None
-    scored = score_renders(renders, scene) if renders and renders.is_dir() else None
+    result = dvgo_result(text, scene)
+    scored = result["scored"]
     return {
         "psnr": scored["psnr"] if scored else result["psnr"],
         "ssim": scored["ssim"] if scored else result["ssim"],
