@@ -16,7 +16,10 @@ A4: the work of a step that does not shrink with a rank's share: Adam's update o
 grid-sized parameter (foreach, as the field experiment's optimiser; fused, as the NeRF's).
 A5: the NeRF's colour grid (160^3 x 12) averaged whole against packed to the rows near
 occupied voxels (`average_gradients` with a support, `NerfExperiment.gradient_support`), for
-supports of several fractions of the grid: the pack and unpack included.
+supports of several fractions of the grid: the pack and unpack included (and timed alone,
+two ways).
+A6: averaging plus Adam whole on every rank against sharded (reduce_scatter, Adam over a
+rank's share, all_gather).
 
 Times are medians of CUDA-event timings (`--repeat` after `--warmup`), taken on every rank
 and reported from rank 0; "GB/s" is NCCL's bus bandwidth, `bytes * 2 (n - 1) / n / time`.
@@ -111,21 +114,61 @@ def averaging(world: World, device, args) -> list[dict]:
 
 
 def packed_averaging(world: World, device, args) -> list[dict]:
-    """A5: one [160^3, 12] gradient averaged whole and over a random support of rows."""
+    """A5: one [160^3, 12] gradient averaged whole and over a random support of rows; the
+    pack and the unpack also timed alone, as the loop does them (`index_select` /
+    `index_copy_`) and by advanced indexing (`grad[rows]` / `index_put_`)."""
     grad = torch.randn(160**3, 12, device=device)
     param = nn.Parameter(torch.zeros_like(grad))
     param.grad = grad
     dense = timer(device, lambda: world.average_gradients([param]), args.warmup, args.repeat)
     rows = []
     gen = torch.Generator(device=device).manual_seed(0)  # the same rows on every rank
-    for fraction in (1.0, 0.5, 0.25, 0.1):
+    for fraction in (1.0, 0.5, 0.4, 0.25, 0.1):
         keep = torch.rand(grad.shape[0], device=device, generator=gen) < fraction
-        support = {param: keep.nonzero().squeeze(1)}
-        ms = timer(
-            device, lambda s=support: world.average_gradients([param], s), args.warmup, args.repeat
-        )
-        rows.append({"fraction": fraction, "dense_ms": dense, "packed_ms": ms})
+        index = keep.nonzero().squeeze(1)
+        support = {param: index}
+        packed = grad.index_select(0, index)
+        row = {"fraction": fraction, "dense_ms": dense}
+        for key, fn in [
+            ("packed_ms", lambda s=support: world.average_gradients([param], s)),
+            ("index_select_ms", lambda i=index: grad.index_select(0, i)),
+            ("index_copy_ms", lambda i=index, v=packed: grad.index_copy_(0, i, v)),
+            ("index_ms", lambda i=index: grad[i]),
+            ("index_put_ms", lambda i=index, v=packed: grad.index_put_((i,), v)),
+        ]:
+            row[key] = timer(device, fn, args.warmup, args.repeat)
+        rows.append(row)
     return rows
+
+
+def sharded_update(world: World, device, numel: int, args) -> dict:
+    """A6: averaging plus Adam for one `numel` parameter, whole on every rank (all_reduce,
+    then fused Adam over the whole parameter: what the loop does) against sharded
+    (reduce_scatter of the gradient, fused Adam over this rank's 1/n, all_gather of the
+    parameter): the same bytes over the link, 1/n of Adam's work per rank."""
+    numel -= numel % world.size
+    whole = nn.Parameter(torch.randn(numel, device=device))
+    whole.grad = torch.randn_like(whole)
+    opt = torch.optim.Adam([whole], lr=1e-3, eps=1e-15, fused=device.type == "cuda")
+    shard = nn.Parameter(whole.detach()[world.share(numel)].clone())
+    shard.grad = torch.empty_like(shard)
+    opt_shard = torch.optim.Adam([shard], lr=1e-3, eps=1e-15, fused=device.type == "cuda")
+
+    def all_reduce_then_adam() -> None:
+        world.average_gradients([whole])
+        opt.step()
+
+    def sharded() -> None:
+        dist.reduce_scatter_tensor(shard.grad, whole.grad, op=dist.ReduceOp.AVG)
+        opt_shard.step()
+        dist.all_gather_into_tensor(whole.data, shard.data)
+
+    result = {"numel": numel}
+    if device.type != "cuda":  # gloo has no reduce_scatter_tensor with AVG
+        return result
+    result["whole_ms"] = timer(device, all_reduce_then_adam, args.warmup, args.repeat)
+    result["sharded_ms"] = timer(device, sharded, args.warmup, args.repeat)
+    return result
 
 
 class Grid(nn.Module):
@@ -225,7 +268,16 @@ def table(rows: list[dict], compare: dict, world: World, device_name: str) -> st
     for r in c.get("packed", []):
         lines.append(
             f"A5 colour grid 160^3 x 12, support {100 * r['fraction']:.0f}%: whole "
-            f"{r['dense_ms']:.3f} ms, packed {r['packed_ms']:.3f} ms"
+            f"{r['dense_ms']:.3f} ms, packed {r['packed_ms']:.3f} ms; pack / unpack by "
+            f"index_select / index_copy_ {r['index_select_ms']:.3f} / {r['index_copy_ms']:.3f} "
+            f"ms, by indexing / index_put_ {r['index_ms']:.3f} / {r['index_put_ms']:.3f} ms"
+        )
+    s = c.get("sharded", {})
+    if "sharded_ms" in s:
+        lines.append(
+            f"A6 averaging + fused Adam on {s['numel']} floats: all_reduce then Adam over the "
+            f"whole {s['whole_ms']:.3f} ms, reduce_scatter + Adam over 1/{world.size} + "
+            f"all_gather {s['sharded_ms']:.3f} ms"
         )
     return "\n".join(lines)
 
@@ -257,6 +309,7 @@ def main() -> int:
             compare = {"numel": args.ddp_numel, "error": f"{type(error).__name__}: {error}"}
         compare["adam"] = adam_ms(device, args.ddp_numel, args)
         compare["packed"] = packed_averaging(world, device, args)
+        compare["sharded"] = sharded_update(world, device, args.ddp_numel, args)
         if world.is_main:
             text = table(rows, compare, world, device_name)
             print(text)

@@ -57,19 +57,23 @@
 # step count (their quality side by side; the shared GPU makes their seconds meaningless).
 # Writes $OUT/variants.json/.md and each run's log.
 #   bash bench/gpu.sh multi [extra --set KEY=VALUE for every run...]
-# `multi` (a host with 2 GPUs): bench/bench_multi.py over 2 ranks (the gradient
-# averaging alone, DDP against all_reduce), then configs/density_256.toml and
-# configs/nerf_scene_gpu.toml trained by 1 process (python -m train) and by 2
-# (torchrun --standalone --nproc_per_node=2 -m train), pictures off. DENSITY_SET / NERF_SET
-# add --set arguments to one config's runs (e.g. NERF_SET="--set train.steps=2000"),
-# MULTI_CONFIGS picks the configs (default: density_256 nerf_scene_gpu); MULTI_JOBS instead
-# lists "label:config:process counts:--set,K=V,..." runs separated by ';' (a label
-# "<name>+weak" run on 2 processes alone is compared with "<name>-1"). Writes to $OUT:
-# multi.log (all output), allreduce.json/.md, multi.json (summaries, metrics, the table's
-# numbers) and multi.md (the table: steps/s, speed-up, scaling efficiency, the
-# all-reduce's share of the 2-GPU step at the final resolution). Before the runs,
-# bench/multi_step.py times one density_256 step at 256^3 (host vs wall) on 1 and 2
-# processes for each of PROBE_BATCHES (default 1048576 4194304; PROBE_BATCHES= skips it).
+# `multi` (a host with 2 or more GPUs): bench/bench_multi.py over 2 ranks, and 4 where there
+# are 4 GPUs (the gradient averaging alone, DDP against all_reduce, packed and sharded
+# averaging), then configs/density_256.toml and configs/nerf_scene_gpu.toml trained by 1
+# process (python -m train) and by 2 and 4 (torchrun --standalone --nproc_per_node=N -m
+# train), pictures off. MULTI_COUNTS sets the process counts (default "1 2", "1 2 4" with 4
+# GPUs), ALLREDUCE_COUNTS the rank counts of bench_multi.py (default: MULTI_COUNTS; empty
+# skips it). DENSITY_SET / NERF_SET add --set arguments to one config's runs (e.g.
+# NERF_SET="--set train.steps=2000"), MULTI_CONFIGS picks the configs (default: density_256
+# nerf_scene_gpu); MULTI_JOBS instead lists "label:config:process counts:--set,K=V,..." runs
+# separated by ';' (a label "<name>+weak" run is compared with "<name>-1"). MULTI_KEEP=1
+# keeps the runs of an earlier call on the same machine (MULTI_RUNS, default
+# /tmp/multi_runs) in the table. Writes to $OUT: multi.log (all output), allreduce-N.json/.md
+# (N ranks), multi.json (summaries, metrics, the table's numbers) and multi.md (the table:
+# steps/s, speed-up, scaling efficiency, the all-reduce's share of the step at the final
+# resolution). Before the runs, bench/multi_step.py times one density_256 step at 256^3
+# (host vs wall) on 1 and 2 processes for each of PROBE_BATCHES (default 1048576 4194304;
+# PROBE_BATCHES= skips it).
 #   bash bench/gpu.sh loop [extra --set KEY=VALUE...]
 # `loop`: configs/default.toml and configs/density_256.toml (LOOP_CONFIGS) trained with
 # train.cuda_graph = auto (captured steps) and off (op by op): PSNR, points/s, steps/s and
@@ -290,17 +294,23 @@ if [ "$what" = variants ]; then
 fi
 if [ "$what" = multi ]; then
   runs=${MULTI_RUNS:-/tmp/multi_runs}
-  rm -rf "$runs"
+  [ -n "${MULTI_KEEP:-}" ] || rm -rf "$runs"
   mkdir -p "$runs"
   : >"$OUT/multi.log"
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   echo "GPUs: $gpus" | tee -a "$OUT/multi.log"
   [ "$gpus" -ge 2 ] || echo "multi: needs 2 GPUs, found $gpus" | tee -a "$OUT/multi.log"
   nvidia-smi topo -m 2>&1 | tee -a "$OUT/multi.log"
-  # shellcheck disable=SC2086  # ALLREDUCE_ARGS is a word list
-  python3 -m torch.distributed.run --standalone --nproc_per_node=2 bench/bench_multi.py \
-    --json "$OUT/allreduce.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
-  cat "$OUT/allreduce.md" 2>/dev/null
+  # process counts: 1, 2 and 4 where there are 4 GPUs (MULTI_COUNTS overrides)
+  counts_default=$([ "$gpus" -ge 4 ] && echo "1 2 4" || echo "1 2")
+  counts_all=${MULTI_COUNTS:-$counts_default}
+  for n in ${ALLREDUCE_COUNTS-$counts_all}; do
+    [ "$n" = 1 ] && continue
+    # shellcheck disable=SC2086  # ALLREDUCE_ARGS is a word list
+    python3 -m torch.distributed.run --standalone --nproc_per_node="$n" bench/bench_multi.py \
+      --json "$OUT/allreduce-$n.json" ${ALLREDUCE_ARGS:-} >>"$OUT/multi.log" 2>&1 || status=1
+    cat "$OUT/allreduce-$n.md" 2>/dev/null
+  done
   # one training step at 256^3 timed piece by piece (host vs wall), 1 and 2 processes
   step_probe "$runs" "$OUT/multi.log"
   # MULTI_JOBS: "label:config:process counts:--set K=V,--set K=V" entries; a label
@@ -311,7 +321,7 @@ if [ "$what" = multi ]; then
     jobs=()
     for c in ${MULTI_CONFIGS:-density_256 nerf_scene_gpu}; do
       sets=$([ "$c" = density_256 ] && echo "${DENSITY_SET:-}" || echo "${NERF_SET:-}")
-      jobs+=("$c:$c:1 2:${sets// /,}")
+      jobs+=("$c:$c:$counts_all:${sets// /,}")
     done
   fi
   for job in "${jobs[@]}"; do
@@ -328,8 +338,8 @@ if [ "$what" = multi ]; then
       echo "$label, $n process(es): $(($(date +%s) - start)) s for the whole command" \
         | tee -a "$OUT/multi.log"
     done
-    python3 bench/multi_table.py "$runs" "$OUT/allreduce.json" "$OUT/multi.json" \
-      "$OUT/multi.md" >>"$OUT/multi.log" 2>&1 || status=1
+    python3 bench/multi_table.py "$runs" "$OUT/multi.json" "$OUT/multi.md" \
+      "$OUT"/allreduce-*.json >>"$OUT/multi.log" 2>&1 || status=1
     cat "$OUT/multi.md"
   done
 fi
