@@ -115,8 +115,9 @@ def averaging(world: World, device, args) -> list[dict]:
 
 def packed_averaging(world: World, device, args) -> list[dict]:
     """A5: one [160^3, 12] gradient averaged whole and over a random support of rows; the
-    pack and the unpack also timed alone, as the loop does them (`index_select` /
-    `index_copy_`) and by advanced indexing (`grad[rows]` / `index_put_`)."""
+        pack and the unpack also timed alone, as the loop does them (`index_select` /
+        `index_copy_`), by advanced indexing (`grad[rows]` / `index_put_`), and the pack by
+    `gather` (an expanded index) and by `index_select` of the rows seen as 6 float64."""
     grad = torch.randn(160**3, 12, device=device)
     param = nn.Parameter(torch.zeros_like(grad))
     param.grad = grad
@@ -128,6 +129,7 @@ def packed_averaging(world: World, device, args) -> list[dict]:
         index = keep.nonzero().squeeze(1)
         support = {param: index}
         packed = grad.index_select(0, index)
+        expanded = index[:, None].expand(-1, 12)
         row = {"fraction": fraction, "dense_ms": dense}
         for key, fn in [
             ("packed_ms", lambda s=support: world.average_gradients([param], s)),
@@ -135,6 +137,9 @@ def packed_averaging(world: World, device, args) -> list[dict]:
             ("index_copy_ms", lambda i=index, v=packed: grad.index_copy_(0, i, v)),
             ("index_ms", lambda i=index: grad[i]),
             ("index_put_ms", lambda i=index, v=packed: grad.index_put_((i,), v)),
+            ("gather_ms", lambda i=expanded: grad.gather(0, i)),
+            ("select_f64_ms", lambda i=index: grad.view(torch.float64).index_select(0, i)),
+            ("select_out_ms", lambda i=index, v=packed: torch.index_select(grad, 0, i, out=v)),
         ]:
             row[key] = timer(device, fn, args.warmup, args.repeat)
         rows.append(row)
@@ -270,7 +275,9 @@ def table(rows: list[dict], compare: dict, world: World, device_name: str) -> st
             f"A5 colour grid 160^3 x 12, support {100 * r['fraction']:.0f}%: whole "
             f"{r['dense_ms']:.3f} ms, packed {r['packed_ms']:.3f} ms; pack / unpack by "
             f"index_select / index_copy_ {r['index_select_ms']:.3f} / {r['index_copy_ms']:.3f} "
-            f"ms, by indexing / index_put_ {r['index_ms']:.3f} / {r['index_put_ms']:.3f} ms"
+            f"ms, by indexing / index_put_ {r['index_ms']:.3f} / {r['index_put_ms']:.3f} ms; pack "
+            f"by gather {r['gather_ms']:.3f} ms, by index_select of float64 rows "
+            f"{r['select_f64_ms']:.3f} ms, into a kept buffer {r['select_out_ms']:.3f} ms"
         )
     s = c.get("sharded", {})
     if "sharded_ms" in s:
