@@ -5,6 +5,7 @@ views the project renders, against the true cameras.
         [--views 100] [--cache DIR] [--device cpu|cuda] [--json PATH]
         [--matcher exhaustive|sequential]
         [--camera-model SIMPLE_RADIAL] [--max-error PX]
+        [--train CONFIG [--set KEY=VALUE ...] [--work DIR]]
 
 The realistic scene (`train.nerf.realistic`, what `train.nerf.generate --scene realistic`
 renders) at 400x400 from 100 cameras of its training spiral (radius 4, elevations -20 to 75
@@ -22,6 +23,14 @@ size: the box's side, 3, for the bounded scenes; the camera orbit's outer diamet
 the unbounded one) after the similarity that best aligns the estimated centres with the true
 ones (Umeyama), COLMAP's mean reprojection error (px) and track length, and the seconds of
 the pose command (rendering not included).
+
+`--train CONFIG` then trains CONFIG twice on the registered views (`python -m train`, with
+`data.path` set and `data.generate = false`; `--set` goes to both): on the command's scene
+(estimated poses and intrinsics) and on the same photos with their true poses and the
+renderer's pinhole, oriented, centred and scaled by the same `train.nerf.orient` as the
+command does. Both hold out the same test views (every `data.holdout_every`-th in name
+order), so their test PSNRs differ by what the pose error costs. `--work DIR` keeps the
+photos, both scenes and both runs (default: a temporary folder).
 """
 
 from __future__ import annotations
@@ -30,7 +39,10 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import platform
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from train.nerf.orient import pose_errors  # noqa: E402
+from train.nerf.orient import orient, pose_errors  # noqa: E402
 
 SCENE_SIZES = {"realistic": 3.0, "textured": 3.0, "unbounded": 8.0}  # see the docstring
 
@@ -99,23 +111,29 @@ def photos(cache: Path, views: int, out: Path) -> None:
 
 
 def measure(
-    truth: np.ndarray, views: int, cache: Path, matcher: str, options: list[str], size: float
+    truth: np.ndarray,
+    views: int,
+    cache: Path,
+    matcher: str,
+    options: list[str],
+    size: float,
+    work: Path,
 ) -> dict:
-    """Runs the pose command on the cached views and scores it against `truth`."""
+    """Runs the pose command on the cached views (photos in work/photos, its scene in
+    work/scene) and scores it against `truth`."""
     from train.nerf.poses import main
 
-    with tempfile.TemporaryDirectory() as tmp:
-        images, out = Path(tmp) / "photos", Path(tmp) / "scene"
-        photos(cache, views, images)
-        log = io.StringIO()
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(log):
-            command = [str(images), "--out", str(out), "--matcher", matcher]
-            code = main([*command, *options])
-        seconds = time.perf_counter() - start
-        if code != 0:
-            raise SystemExit(f"the pose command failed (exit {code}); see above")
-        meta = json.loads((out / "transforms.json").read_text())
+    images, out = work / "photos", work / "scene"
+    photos(cache, views, images)
+    log = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(log):
+        command = [str(images), "--out", str(out), "--matcher", matcher]
+        code = main([*command, *options])
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"the pose command failed (exit {code}); see above")
+    meta = json.loads((out / "transforms.json").read_text())
     frames = meta["frames"]
     index = [int(f["file_path"].rsplit("_", 1)[1].split(".")[0]) for f in frames]
     estimated = np.array([f["transform_matrix"] for f in frames])
@@ -135,6 +153,52 @@ def measure(
     }
 
 
+def view_index(frame: dict) -> int:
+    """The view number of a frame's file (`.../view_012.png` -> 12)."""
+    return int(frame["file_path"].rsplit("_", 1)[1].split(".")[0])
+
+
+def true_scene(truth: np.ndarray, scene: str, size: int, work: Path) -> Path:
+    """work/scene_true: the registered views' photos with their true poses (oriented as the
+    pose command orients its own) and the renderer's pinhole intrinsics."""
+    from train.nerf import cameras, outdoor
+
+    estimated = json.loads((work / "scene" / "transforms.json").read_text())
+    index = [view_index(f) for f in estimated["frames"]]
+    c2w, _ = orient(truth[index])
+    angle = outdoor.CAMERA_ANGLE_X if scene == "unbounded" else cameras.CAMERA_ANGLE_X
+    focal = 0.5 * size / math.tan(0.5 * angle)
+    frames = [
+        {"file_path": f"images/view_{k:03d}.png", "transform_matrix": pose.tolist()}
+        for k, pose in zip(index, c2w, strict=True)
+    ]
+    meta = {"camera_model": "PINHOLE", "fl_x": focal, "fl_y": focal, "cx": size / 2}
+    meta |= {"cy": size / 2, "w": size, "h": size, "frames": frames}
+    out = work / "scene_true"
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    for k in index:
+        shutil.copy(work / "photos" / f"view_{k:03d}.png", out / "images")
+    (out / "transforms.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+def train_both(config: Path, sets: list[str], work: Path, true: Path) -> dict:
+    """Test PSNR, SSIM and training seconds of CONFIG on the estimated and the true poses."""
+    result = {}
+    for name, scene in (("estimated", work / "scene"), ("true", true)):
+        run = work / f"run_{name}"
+        command = [sys.executable, "-m", "train", "--config", str(config), "--out", str(run)]
+        command += ["--overwrite", "--set", f"data.path={scene}", "--set", "data.generate=false"]
+        command += ["--set", "output.progress=false", "--set", "output.pictures=false"]
+        for item in sets:
+            command += ["--set", item]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        summary = json.loads((run / "summary.json").read_text())
+        result[name] = {k: summary[k] for k in ("psnr", "ssim", "train_seconds", "test_views")}
+    result["psnr_difference"] = result["true"]["psnr"] - result["estimated"]["psnr"]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scene", choices=tuple(SCENE_SIZES), default="realistic")
@@ -146,13 +210,29 @@ def main() -> None:
     parser.add_argument("--camera-model", default="SIMPLE_RADIAL", help="COLMAP's, as the command")
     parser.add_argument("--max-error", type=float, help="the command's --max-error")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "poses.json")
+    parser.add_argument("--train", type=Path, metavar="CONFIG", help="train on both poses")
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for --train")
+    parser.add_argument("--work", type=Path, help="keep photos, scenes and runs here")
     args = parser.parse_args()
     name = f"poses_{args.scene}_{args.size}_{args.views}"
     cache = args.cache or ROOT / "bench" / "results" / name
     truth = render(args.scene, args.size, args.views, cache, args.device)
     options = ["--camera-model", args.camera_model]
     options += ["--max-error", str(args.max_error)] if args.max_error else []
-    result = measure(truth, args.views, cache, args.matcher, options, SCENE_SIZES[args.scene])
+    # one COLMAP thread with --train: its multithreaded mapper is not repeatable, and the
+    # undistorted image size (395 or 396 px from 400) must suit the --set data.downscale
+    options += ["--threads", "1"] if args.train else []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        if args.work and args.work.exists():
+            raise SystemExit(f"--work: {args.work} exists; give a new folder")
+        work.mkdir(parents=True, exist_ok=True)
+        result = measure(
+            truth, args.views, cache, args.matcher, options, SCENE_SIZES[args.scene], work
+        )
+        if args.train:
+            true = true_scene(truth, args.scene, args.size, work)
+            result["training"] = train_both(args.train, args.set, work, true)
     result |= {"scene": args.scene, "size": args.size, "matcher": args.matcher}
     result |= {"camera_model": args.camera_model, "max_error": args.max_error}
     result |= {"machine": platform.node(), "cpu_threads": torch.get_num_threads()}
@@ -168,6 +248,14 @@ def main() -> None:
         f"{result['reprojection_error_px']:.3f} px | {result['track_length']:.2f} | "
         f"{result['seconds']:.1f} |"
     )
+    if "training" in result:
+        t = result["training"]
+        print(
+            f"{args.train} on the estimated poses: {t['estimated']['psnr']:.3f} dB "
+            f"(SSIM {t['estimated']['ssim']:.4f}, {t['estimated']['train_seconds']:.1f} s); "
+            f"on the true ones: {t['true']['psnr']:.3f} dB (SSIM {t['true']['ssim']:.4f}); "
+            f"difference {t['psnr_difference']:.3f} dB over {t['true']['test_views']} test views"
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")
