@@ -412,3 +412,20 @@ def test_missing_matplotlib_is_found_before_training(tmp_path, capsys, monkeypat
     assert "pip install '.[train]'" in err and "--set output.pictures=false" in err
     assert not out.exists()  # nothing was started
     assert main(["--out", str(out), *sets(*TINY)]) == 0  # pictures off: no matplotlib needed
+
+
+@pytest.mark.parametrize("given", [None, "300000"])
+def test_train_sets_a_short_openmp_spin_before_torch_loads(given):
+    """`import train` before torch sets GOMP_SPINCOUNT=1000 (libgomp reads it when torch
+    loads it), and keeps a value the user gave."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if given:
+        env["GOMP_SPINCOUNT"] = given
+    code = "import sys, os, train; print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == (given or "1000")

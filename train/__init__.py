@@ -20,9 +20,16 @@ One package per experiment, each holding its tables, data, model, evaluation and
 run-directory and dependency checks do not, so their errors come back at once.
 """
 
+import os
 import time
 
 STARTED = time.perf_counter()  # before torch is imported: the run's phases count from here
+
+# libgomp (torch's CPU threads and grid's) spins 300k iterations before a waiting thread
+# sleeps; when other processes share the cores, the spinning takes the time the working
+# threads need. 1000 iterations: the same speed alone, two fits on 2 shared cores 40 ->
+# 22 s each (bench/NOTES.md). Read once, when torch loads libgomp: so before torch.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 from .config import Config, ConfigError, load_config  # noqa: E402
 
