@@ -443,3 +443,34 @@ def test_two_ranks_halves_average_to_the_whole_batch_gradient():
     torch.testing.assert_close((grads[1] + grads[2]) / 2, grads[0], rtol=1e-4, atol=1e-9)
     assert not torch.equal(grads[1], grads[2])  # the ranks saw different rows
     assert torch.equal(terms[0], terms[1]) and torch.equal(terms[1], terms[2])
+
+
+def test_points_per_voxel_counts_the_cells_the_points_occupy():
+    from train.sdf.experiment import points_per_voxel
+
+    bounds = [[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]  # 4 nodes a side: 3 cells, 2/3 wide
+    centres = torch.tensor([[-2 / 3, -2 / 3, -2 / 3], [0.0, 0.0, 0.0], [2 / 3, 0.0, 2 / 3]])
+    assert points_per_voxel(centres, (4, 4, 4), bounds) == 1.0
+    jitter = 0.3 * (torch.rand(4, 3, generator=torch.Generator().manual_seed(0)) - 0.5)
+    four = (centres[:, None] + jitter).reshape(-1, 3)  # 4 points in each of the 3 cells
+    assert points_per_voxel(four, (4, 4, 4), bounds) == 4.0
+    # the box's far faces belong to the last cells, not to a cell past them
+    assert (
+        points_per_voxel(torch.tensor([[1.0, 1.0, 1.0], [0.9, 0.9, 0.9]]), (4, 4, 4), bounds) == 2.0
+    )
+
+
+def test_sparse_points_for_the_grid_are_noted(tmp_path, capsys):
+    """4000 points on a sphere: several per voxel at 16^3, about one at 96^3."""
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *sets(*SHORT)]) == 0
+    assert "note:" not in capsys.readouterr().err
+    dense = json.loads((out / "summary.json").read_text())["points_per_voxel"]
+    fine = [a for a in SHORT if not a.startswith("train.upsample_resolutions")]
+    assert (
+        main(["--out", str(tmp_path / "fine"), *sets(*fine, "train.upsample_resolutions=[96]")])
+        == 0
+    )
+    assert "per voxel they occupy at 96x96x96" in capsys.readouterr().err
+    sparse = json.loads((tmp_path / "fine" / "summary.json").read_text())["points_per_voxel"]
+    assert sparse < 2.0 < dense

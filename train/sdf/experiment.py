@@ -92,6 +92,23 @@ def load_points(config: Config, device: torch.device | None = None) -> PointClou
     return cloud
 
 
+#: Below this many input points per voxel they occupy at the final resolution the points,
+#: not the grid, bound the fit: 100k points of a scan are 3.0 per voxel at 128^3, where the
+#: fit reaches the grid's exact-SDF limit, and 1.4 at 256^3, where it stays 1.2-1.9x above
+#: it until 400k points (bench/NOTES.md, "S1 at 256^3: the points' density").
+SPARSE_POINTS = 2.0
+
+
+def points_per_voxel(points: Tensor, resolution: tuple[int, int, int], bounds: list) -> float:
+    """len(points) over the number of cells of a grid of `resolution` nodes over `bounds`
+    ([[x0, y0, z0], [x1, y1, z1]]) that hold at least one of them; points: [N, 3]."""
+    lo, hi = torch.tensor(bounds, dtype=points.dtype, device=points.device).unbind(0)
+    cells = torch.tensor(resolution, device=points.device) - 1  # [3] cells per axis
+    index = ((points - lo) / (hi - lo) * cells).long().clamp(min=0).minimum(cells - 1)
+    key = (index[:, 0] * cells[1] + index[:, 1]) * cells[2] + index[:, 2]
+    return len(points) / max(torch.unique(key).numel(), 1)
+
+
 #: The points init measures distances to at most this many of the points (a random subset)
 INIT_POINTS = 1 << 15
 #: ... and signs each voxel by this many nearest points.
@@ -200,6 +217,16 @@ class SdfExperiment(GridSchedule):
                 ),
                 file=sys.stderr,
             )
+        res = final_resolution(c)
+        self.points_per_voxel = points_per_voxel(self.cloud.points, res, c.grid.bounds)
+        if self.points_per_voxel < SPARSE_POINTS and world.is_main:
+            print(
+                f"note: {len(self.cloud)} points are {self.points_per_voxel:.1f} per voxel they "
+                f"occupy at {'x'.join(map(str, res))}: the points, not the grid, limit the "
+                f"surface's detail (from about {SPARSE_POINTS:.0f} a voxel the grid does); more "
+                "points or a coarser grid",
+                file=sys.stderr,
+            )
         self.interpolation = c.grid.interpolation
         self.label = f"sdf {c.points.kind}"
         self.evaluation = Evaluation(c, self.cloud, final_resolution(c), device, world)
@@ -289,6 +316,7 @@ class SdfExperiment(GridSchedule):
             "device": common["device"],
             "points": c.points.kind if c.points.kind != "file" else c.points.path,
             "point_count": len(self.cloud),
+            "points_per_voxel": self.points_per_voxel,  # at the final resolution
             "reference": e.reference,
             "normals": c.points.normals,
             **(self.cloud.report or {}),
