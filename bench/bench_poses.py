@@ -135,7 +135,7 @@ def measure(
         raise SystemExit(f"the pose command failed (exit {code}); see above")
     meta = json.loads((out / "transforms.json").read_text())
     frames = meta["frames"]
-    index = [int(f["file_path"].rsplit("_", 1)[1].split(".")[0]) for f in frames]
+    index = [view_index(f) for f in frames]
     estimated = np.array([f["transform_matrix"] for f in frames])
     errors = pose_errors(estimated, truth[index], size)
     return {

@@ -229,7 +229,7 @@ class SdfExperiment(GridSchedule):
             )
         self.interpolation = c.grid.interpolation
         self.label = f"sdf {c.points.kind}"
-        self.evaluation = Evaluation(c, self.cloud, final_resolution(c), device, world)
+        self.evaluation = Evaluation(c, self.cloud, res, device, world)
         torch.manual_seed(c.seed)
         self.model = VoxelGrid(
             resolution or as_resolution(c.grid.resolution, "grid.resolution"),
