@@ -16,8 +16,8 @@ A4: the work of a step that does not shrink with a rank's share: Adam's update o
 grid-sized parameter (foreach, as the field experiment's optimiser; fused, as the NeRF's).
 A5: the NeRF's colour grid (160^3 x 12) averaged whole against packed to the rows near
 occupied voxels (`average_gradients` with a support, `NerfExperiment.gradient_support`), for
-supports of several fractions of the grid: the pack and unpack included (and timed alone,
-two ways).
+supports of several fractions of the grid: the pack and unpack included, and each timed
+alone by the PyTorch calls that could do it.
 A6: averaging plus Adam whole on every rank against sharded (reduce_scatter, Adam over a
 rank's share, all_gather).
 
@@ -115,9 +115,10 @@ def averaging(world: World, device, args) -> list[dict]:
 
 def packed_averaging(world: World, device, args) -> list[dict]:
     """A5: one [160^3, 12] gradient averaged whole and over a random support of rows; the
-        pack and the unpack also timed alone, as the loop does them (`index_select` /
-        `index_copy_`), by advanced indexing (`grad[rows]` / `index_put_`), and the pack by
-    `gather` (an expanded index) and by `index_select` of the rows seen as 6 float64."""
+    pack and the unpack also timed alone, as the loop does them (`index_select` /
+    `index_copy_`) and by advanced indexing (`grad[rows]` / `index_put_`), and the pack by
+    `gather` (an expanded index), by `index_select` of the rows seen as 6 float64 and by
+    `index_select` into a kept buffer."""
     grad = torch.randn(160**3, 12, device=device)
     param = nn.Parameter(torch.zeros_like(grad))
     param.grad = grad
