@@ -2,8 +2,8 @@
 decided on the mean over scenes, not on the one scene it was tuned on.
 
     python bench/bench_scenes.py --meshes DIR [--scenes a,b] [--config FILE] [--out DIR]
-        [--data DIR] [--set KEY=VALUE ...] [--size N] [--generate-only | --ours-only |
-        --dvgo-only]
+        [--data DIR] [--set KEY=VALUE ...] [--size N] [--label NAME] [--generate-only |
+        --ours-only | --dvgo-only]
         [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F]
 
 The scenes (SCENES): the realistic scene (`data.scene = "realistic"`, the one the configs
@@ -19,8 +19,12 @@ own schedule, through `train.loop.run`), and unless --ours-only DirectVoxGO (its
 schedule, bench/bench_dvgo.py's functions; a log `<scene>.log` already in --dvgo-log is
 read instead of running it again, and a new run's log is kept there). Results accumulate
 in --out/scenes.json (a call updates the scenes it ran), so scenes, systems and calls can
-be split to fit a time limit; scenes.md is the table of all of them: per scene and the
-mean, PSNR, SSIM, training seconds and peak memory of each system.
+be split to fit a time limit (bench/scenes_pool.py spreads them over a host's GPUs);
+--label names ours' system (one per config or schedule: `fast`, `quality`, ...).
+scenes.md is the table of all of them: per scene a row per system (PSNR, SSIM, training
+seconds, peak memory; ours against DirectVoxGO: the end's difference, PSNR at its training
+time, and when ours first reaches its PSNR as a fraction of its time), then each system's
+means and how many scenes it is below DirectVoxGO on.
 --generate-only generates the scenes and records their generation seconds.
 """
 
@@ -107,8 +111,10 @@ def scene_overrides(
 
 
 def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
-    """The numbers of a `run_ours` result that the table shows."""
+    """The numbers of a `run_ours` result that the table shows; `curve`: [train seconds,
+    PSNR] at each evaluation (for PSNR at DirectVoxGO's time and the time to reach its)."""
     summary = ours["summary"] or {}
+    curve = [[r["train_seconds"], r["psnr"]] for r in ours["records"] if "psnr" in r]
     return {
         "psnr": summary.get("psnr"),
         "ssim": summary.get("ssim"),
@@ -116,6 +122,7 @@ def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
         "steps": summary.get("steps"),
         "peak_allocated": ours["peak_allocated"],
         "peak_reserved": ours["peak_reserved"],
+        "curve": curve,
     }
 
 
@@ -136,6 +143,14 @@ def dvgo_summary(text: str, scene: Path) -> dict[str, Any]:
     }
 
 
+def systems(results: dict[str, dict]) -> list[str]:
+    """DirectVoxGO first, then each of ours' labels in the order first met."""
+    found: list[str] = []
+    for entry in results.values():
+        found += [k for k, v in entry.items() if isinstance(v, dict) and k not in found]
+    return ["dvgo"] * ("dvgo" in found) + [k for k in found if k != "dvgo"]
+
+
 def means(results: dict[str, dict], system: str) -> dict[str, Any]:
     """Mean of each of METRICS over the scenes where `system` has a value; `scenes`: how
     many scenes have its PSNR."""
@@ -149,13 +164,25 @@ def means(results: dict[str, dict], system: str) -> dict[str, Any]:
     return out
 
 
-def difference(results: dict[str, dict]) -> tuple[float | None, int]:
-    """Mean of ours' PSNR less DirectVoxGO's over the scenes that have both, and how many."""
-    both = [
-        r["ours"]["psnr"] - r["dvgo"]["psnr"]
-        for r in results.values()
-        if r.get("ours") and r.get("dvgo") and None not in (r["ours"]["psnr"], r["dvgo"]["psnr"])
-    ]
+def against_dvgo(ours: dict, dvgo: dict | None) -> dict[str, Any]:
+    """One scene, one of ours' systems against DirectVoxGO: `delta` (end PSNR less its),
+    `at_time` (our PSNR at the first evaluation at or after its training time; None when
+    ours ended before), `reach` (our first training seconds at or above its PSNR, over its
+    training seconds; None when never)."""
+    if not dvgo or None in (ours.get("psnr"), dvgo.get("psnr")):
+        return {"delta": None, "at_time": None, "reach": None}
+    level, seconds = dvgo["psnr"], dvgo.get("train_seconds")
+    curve = ours.get("curve") or []
+    at_time = next((p for t, p in curve if seconds and t >= seconds), None)
+    reach = next((t / seconds for t, p in curve if p >= level), None) if seconds else None
+    return {"delta": ours["psnr"] - level, "at_time": at_time, "reach": reach}
+
+
+def difference(results: dict[str, dict], system: str = "ours") -> tuple[float | None, int]:
+    """Mean of `system`'s PSNR less DirectVoxGO's over the scenes that have both, and how
+    many."""
+    both = [against_dvgo(r[system], r.get("dvgo")) for r in results.values() if r.get(system)]
+    both = [b["delta"] for b in both if b["delta"] is not None]
     return (sum(both) / len(both) if both else None), len(both)
 
 
@@ -164,48 +191,66 @@ def _number(value, fmt: str) -> str:
     return "-" if missing else fmt.format(value)
 
 
-def _cells(entry: dict | None) -> list[str]:
+def _cells(entry: dict | None, dvgo: dict | None) -> list[str]:
     entry = entry or {}
     peak = entry.get("peak_allocated")
+    versus = against_dvgo(entry, dvgo) if entry is not dvgo else {}
     return [
         _number(entry.get("psnr"), "{:.2f}"),
         _number(entry.get("ssim"), "{:.4f}"),
         _number(entry.get("train_seconds"), "{:.1f}"),
         "-" if peak is None else f"{peak / GIB:.2f}",
+        _number(versus.get("delta"), "{:+.2f}"),
+        _number(versus.get("at_time"), "{:.2f}"),
+        _number(versus.get("reach"), "{:.2f}"),
     ]
 
 
+def summary_line(results: dict[str, dict], system: str) -> str:
+    """One system's means over the scenes, and against DirectVoxGO where it ran."""
+    mean = means(results, system)
+    versus = [against_dvgo(r[system], r.get("dvgo")) for r in results.values() if r.get(system)]
+    deltas = [v["delta"] for v in versus if v["delta"] is not None]
+    reach = [v["reach"] for v in versus if v["delta"] is not None]
+    text = f"- {system}: mean PSNR {_number(mean['psnr'], '{:.2f}')} dB over {mean['scenes']}"
+    text += f" scenes, mean training {_number(mean['train_seconds'], '{:.1f}')} s"
+    if system != "dvgo" and deltas:
+        slowest = None if None in reach else max(reach)
+        text += (
+            f"; against DirectVoxGO on {len(deltas)}: mean {sum(deltas) / len(deltas):+.2f} dB, "
+            f"{sum(d < 0 for d in deltas)} below it, its PSNR reached by "
+            f"{_number(slowest, '{:.2f}')} of its time at worst"
+        )
+    return text + "."
+
+
 def markdown(results: dict[str, dict], meta: dict) -> str:
-    """The table: one row per scene (SCENES' order), then the means and the difference."""
-    head = ["scene", "mesh", "look", "size", "generated s"]
-    head += [f"{s} {m}" for s in ("ours", "DVGO") for m in ("PSNR", "SSIM", "train s", "GiB")]
+    """The table: per scene (SCENES' order) a row per system, then each system's means."""
+    head = ["scene", "size", "system", "PSNR", "SSIM", "train s", "GiB"]
+    head += ["- DVGO dB", "PSNR at DVGO's s", "DVGO's PSNR at x its s"]
     lines = [
         f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']}",
         "",
         "| " + " | ".join(head) + " |",
-        "| --- | --- | --- | ---: | ---: | " + " | ".join(["---:"] * 8) + " |",
+        "| --- | ---: | --- | " + " | ".join(["---:"] * 7) + " |",
     ]
     order = [n for n in NAMES if n in results] + [n for n in results if n not in NAMES]
+    names = systems(results)
     for name in order:
         r = results[name]
-        cells = [name, r.get("mesh") or "-", r["look"], f"{r['size']}x{r['size']}"]
-        cells += [_number(r.get("generate_seconds"), "{:.1f}")]
-        cells += _cells(r.get("ours")) + _cells(r.get("dvgo"))
-        lines.append("| " + " | ".join(cells) + " |")
-    ours, dvgo = means(results, "ours"), means(results, "dvgo")
-    label = f"mean (ours {ours['scenes']}, DVGO {dvgo['scenes']} scenes)"
-    lines.append("| " + " | ".join([label, "", "", "", ""] + _cells(ours) + _cells(dvgo)) + " |")
-    delta, count = difference(results)
+        for system in (s for s in names if r.get(s)):
+            cells = [name, f"{r['size']}x{r['size']}", system, *_cells(r[system], r.get("dvgo"))]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [""] + [summary_line(results, s) for s in names]
     lines += [
-        "",
-        f"Ours - DirectVoxGO, mean PSNR over the {count} scenes with both: "
-        f"{_number(delta, '{:+.2f}')} dB.",
         "",
         "PSNR and SSIM: mean over each scene's test views (DirectVoxGO: its 8-bit renders "
         "scored here when they were still on disk, else its own float numbers). Training "
         "seconds: ours the steps alone, DirectVoxGO its coarse + fine stages. GiB: peak "
-        "torch.cuda.max_memory_allocated. Generated s: rendering the scene's images "
-        "(its signed-distance grid included), on the GPU when there is one.",
+        "torch.cuda.max_memory_allocated. PSNR at DVGO's s: ours at its first evaluation at "
+        "or after DirectVoxGO's training seconds (- when ours ended before); DVGO's PSNR at: "
+        "ours' first training seconds at or above DirectVoxGO's final PSNR, as a fraction of "
+        "DirectVoxGO's seconds (- never). Generation seconds per scene are in scenes.json.",
     ]
     return "\n".join(lines)
 
@@ -220,8 +265,10 @@ def load_results(path: Path) -> dict[str, dict]:
 
 def save(out: Path, results: dict[str, dict], meta: dict) -> str:
     table = markdown(results, meta)
-    means_ = {"ours": means(results, "ours"), "dvgo": means(results, "dvgo")}
-    doc = {**meta, "scenes": results, "means": means_, "ours_minus_dvgo": difference(results)}
+    names = systems(results)
+    means_ = {s: means(results, s) for s in names}
+    minus = {s: difference(results, s) for s in names if s != "dvgo"}
+    doc = {**meta, "scenes": results, "means": means_, "minus_dvgo": minus}
     (out / "scenes.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (out / "scenes.md").write_text(table + "\n")
     return table
@@ -254,8 +301,8 @@ def one_scene(row: tuple, args, device: torch.device, entry: dict, dvgo_dir: Pat
     if not args.dvgo_only:
         quiet = ["output.checkpoint_every=0", "output.turntable_frames=0"]
         config = load_config(args.config, [*sets, *quiet])
-        run_dir = Path(args.work) / name / "ours"
-        entry["ours"] = ours_result(run_ours(config, run_dir, device))
+        run_dir = Path(args.work) / name / args.label
+        entry[args.label] = ours_result(run_ours(config, run_dir, device))
 
 
 def parse_args(argv=None):
@@ -270,6 +317,7 @@ def parse_args(argv=None):
     parser.add_argument("--size", type=int, default=None, help="every scene's size (a check)")
     parser.add_argument("--generate-only", action="store_true", help="generate, train nothing")
     parser.add_argument("--ours-only", action="store_true", help="no DirectVoxGO")
+    parser.add_argument("--label", default="ours", help="ours' name in the table (one per config)")
     parser.add_argument("--dvgo-only", action="store_true", help="DirectVoxGO alone")
     parser.add_argument("--dvgo", default=None, help="DirectVoxGO folder (default: $DVGO_DIR)")
     parser.add_argument("--dvgo-log", default=None, help="folder of <scene>.log outputs")
@@ -290,6 +338,7 @@ def main(argv=None, train=one_scene) -> int:
         "overrides": args.set,
     }
     try:
+        check_label(args.label)
         rows = pick(args.scenes)
         needs_dvgo = not (args.ours_only or args.generate_only)
         dvgo_dir = find_dvgo(args.dvgo) if needs_dvgo and not _all_cached(args, rows) else None
@@ -308,6 +357,16 @@ def main(argv=None, train=one_scene) -> int:
     print(table)
     print(f"wrote {out / 'scenes.md'} and {out / 'scenes.json'}")
     return 0
+
+
+def check_label(label: str) -> None:
+    """--label names a system in the table: a word, not DirectVoxGO's nor a scene field."""
+    taken = ("dvgo", "mesh", "look", "size", "generate_seconds")
+    if not label.replace("_", "").replace("-", "").isalnum() or label in taken:
+        raise BenchError(
+            f"--label: expected a word of letters, digits, - or _ other than "
+            f"{', '.join(taken)}; got {label!r}"
+        )
 
 
 def _all_cached(args, rows: list[tuple]) -> bool:

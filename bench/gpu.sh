@@ -463,4 +463,31 @@ if [ "$what" = scenes ]; then
   cp "$keep"/scenes.md "$keep"/scenes.json "$keep"/bench_scenes.log "$OUT/scenes/" 2>/dev/null
   cp bench/results/scenes_dvgo/*.log "$OUT/scenes/" 2>/dev/null
 fi
+# `scenes-pool`: bench/scenes_pool.py (every scene, DirectVoxGO and each --run, one job per
+# GPU of the host) started detached, then waited for up to POOL_WAIT seconds (default 540);
+# `scenes-wait` waits again, on the same warm machine, until it prints "pool exited".
+#   bash bench/gpu.sh scenes-pool --run fast --run "quality: train.steps=60000" ...
+# Each call copies the table so far (scenes.md, scenes.json), the pool's log and the jobs'
+# logs (logs.tgz) to $OUT/scenes.
+if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
+  pool=bench/results/scenes_pool
+  mkdir -p "$pool" "$OUT/scenes"
+  if [ "$what" = scenes-pool ]; then
+    rm -f "$pool/pool.rc"
+    args=$(printf '%q ' "$@")
+    setsid nohup sh -c "python3 bench/scenes_pool.py --meshes ${SCENE_MESHES:-.anchors/thin} \
+      --work $pool $args >$pool/pool.log 2>&1; echo \$? >$pool/pool.rc" </dev/null >/dev/null 2>&1 &
+  fi
+  end=$(($(date +%s) + ${POOL_WAIT:-540}))
+  while [ ! -f "$pool/pool.rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  grep "scenes_pool" "$pool/pool.log" | tail -n 25
+  cp bench/results/scenes/scenes.md bench/results/scenes/scenes.json "$pool/pool.log" "$OUT/scenes/" 2>/dev/null
+  tar czf "$OUT/scenes/logs.tgz" -C "$pool" logs 2>/dev/null
+  cat bench/results/scenes/scenes.md 2>/dev/null
+  if [ -f "$pool/pool.rc" ]; then
+    echo "pool exited $(cat "$pool/pool.rc")"; status=$(cat "$pool/pool.rc")
+  else
+    echo "pool still running: call scenes-wait"; status=3
+  fi
+fi
 exit $status

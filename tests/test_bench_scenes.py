@@ -55,6 +55,7 @@ def test_overrides_make_a_valid_config(tmp_path):
 def _entry(ours: float, dvgo: float | None) -> dict:
     entry = {"mesh": "m.off", "look": "glossy", "size": 400, "generate_seconds": 10.0}
     entry["ours"] = {"psnr": ours, "ssim": 0.9, "train_seconds": 100.0, "peak_allocated": 2**30}
+    entry["ours"]["curve"] = [[10.0, ours - 2.0], [50.0, ours - 1.0], [100.0, ours]]
     if dvgo is not None:
         entry["dvgo"] = {"psnr": dvgo, "ssim": 0.8, "train_seconds": 200.0, "peak_allocated": None}
     return entry
@@ -67,13 +68,43 @@ def test_means_and_table():
     assert dvgo["psnr"] == pytest.approx(28.0) and dvgo["peak_allocated"] is None
     assert dvgo["scenes"] == 2
     assert bench_scenes.difference(results) == (pytest.approx(0.0), 2)
+    assert bench_scenes.systems(results) == ["dvgo", "ours"]
     meta = {"device_name": "CPU", "torch": "x", "date": "now", "config": "c.toml"}
     table = bench_scenes.markdown(results, meta)
     rows = [line for line in table.splitlines() if line.startswith("| ")]
-    assert len(rows) == 2 + 3 + 1  # header and its rule, scenes, mean
-    assert rows[3].startswith("| b |") and "34.00" in rows[3] and "| - |" in rows[3]
-    assert rows[-1].startswith("| mean") and "30.00" in rows[-1] and "28.00" in rows[-1]
-    assert "+0.00 dB" in table
+    assert len(rows) == 2 + 2 + 1 + 2  # header and its rule, a and c with both, b ours alone
+    assert rows[2].startswith("| a | 400x400 | dvgo | 29.00")
+    assert rows[3].startswith("| a | 400x400 | ours | 30.00") and "| +1.00 |" in rows[3]
+    assert rows[4].startswith("| b | 400x400 | ours | 34.00") and rows[4].endswith("| - | - | - |")
+    assert "| -1.00 |" in rows[6]
+    assert "- ours: mean PSNR 30.00 dB over 3 scenes" in table
+    assert "against DirectVoxGO on 2: mean +0.00 dB, 1 below it" in table
+    assert "- dvgo: mean PSNR 28.00 dB over 2 scenes" in table
+
+
+def test_against_dvgo_reads_the_curve():
+    ours = {"psnr": 30.0, "curve": [[10.0, 27.0], [50.0, 29.5], [100.0, 30.0]]}
+    dvgo = {"psnr": 29.0, "train_seconds": 40.0}
+    # ours passes 29.0 first at 50 s (1.25 of its 40 s); at its 40 s ours is at 29.5 (50 s)
+    assert bench_scenes.against_dvgo(ours, dvgo) == {
+        "delta": pytest.approx(1.0),
+        "at_time": 29.5,
+        "reach": pytest.approx(1.25),
+    }
+    longer = {"psnr": 31.0, "train_seconds": 500.0}  # ours ended before; never reached
+    assert bench_scenes.against_dvgo(ours, longer) == {
+        "delta": pytest.approx(-1.0),
+        "at_time": None,
+        "reach": None,
+    }
+    assert bench_scenes.against_dvgo(ours, None)["delta"] is None
+
+
+@pytest.mark.parametrize("label", ["dvgo", "size", "a b", "x/y", ""])
+def test_label_must_be_a_free_word(label):
+    with pytest.raises(bench_scenes.BenchError, match="--label"):
+        bench_scenes.check_label(label)
+    bench_scenes.check_label("quality_2x")
 
 
 def test_main_accumulates_over_calls(tmp_path):

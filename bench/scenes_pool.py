@@ -1,0 +1,219 @@
+"""D3 over every GPU of one host: bench/bench_scenes.py's scenes generated, DirectVoxGO and
+ours' configs trained on each, one job per GPU at a time, into one table.
+
+    python bench/scenes_pool.py --meshes DIR [--scenes a,b] [--dvgo DIR] [--no-dvgo]
+        [--run "LABEL[@CONFIG]: KEY=VALUE ..."]... [--gpus N] [--out DIR] [--work DIR]
+        [--data DIR] [--size N]
+
+Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
+(unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
+other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then each --run
+on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
+the KEY=VALUE are --set options). A free GPU takes the first job whose scene is generated
+(and, for DirectVoxGO, whose build is done): each job is one `bench_scenes.py` process with
+CUDA_VISIBLE_DEVICES set to its GPU, its output in --work/logs/<job>.log, its numbers in
+--work/jobs/<job>/scenes.json. After every job the numbers of all finished jobs are merged
+into --out/scenes.json and scenes.md (bench_scenes.py's table), so a pool cut short keeps
+what finished. Jobs on different GPUs share the host's CPUs: a job's seconds are its own
+GPU's, with the other GPUs busy as well (the table says how many GPUs ran). A failed job is
+reported and its scene's later jobs still run; the exit status is 1 when any job failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_scenes import NAMES, SCENES, BenchError, check_label, load_results, pick, save
+from harness import ROOT
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CONFIG = str(ROOT / "configs" / "nerf_realistic_gpu.toml")
+
+
+def parse_run(text: str) -> tuple[str, str, list[str]]:
+    """ "label@config: k=v k=v" -> (label, config, [k=v, ...]); BenchError when malformed."""
+    head, _, rest = text.partition(":")
+    label, _, config = head.strip().partition("@")
+    check_label(label)
+    sets = rest.split()
+    if any("=" not in s for s in sets):
+        raise BenchError(f"--run {label}: expected KEY=VALUE after the ':', got {rest.strip()!r}")
+    return label, config or DEFAULT_CONFIG, sets
+
+
+def make_jobs(args, rows: list[tuple]) -> list[dict]:
+    """Every job of the pool: name, bench_scenes.py arguments, what it waits for."""
+    base = [sys.executable, str(HERE / "bench_scenes.py"), "--meshes", args.meshes]
+    base += ["--data", str(args.data)] + (["--size", str(args.size)] if args.size else [])
+    largest = sorted(rows, key=lambda r: -r[3])
+    # generated with the first run's config: a later run that describes the scene otherwise
+    # (data.*) would generate it again, while other jobs read it
+    label, config, sets = args.runs[0] if args.runs else ("", DEFAULT_CONFIG, [])
+    same = ["--config", config, *(a for s in sets for a in ("--set", s))]
+    jobs = [
+        {"name": f"gen_{r[0]}", "args": ["--scenes", r[0], "--generate-only", *same], "needs": []}
+        for r in largest
+    ]
+    if not args.no_dvgo:
+        dvgo = ["--dvgo-only", "--dvgo", str(args.dvgo), "--dvgo-log", str(args.work / "dvgo_logs")]
+        for r in largest:
+            work = ["--work", str(args.work / "dvgo_work")]
+            jobs.append(
+                {
+                    "name": f"dvgo_{r[0]}",
+                    "args": ["--scenes", r[0], *dvgo, *work],
+                    "needs": [f"gen_{r[0]}", "dvgo_build"],
+                }
+            )
+    for label, config, sets in args.runs:
+        for r in largest:
+            extra = ["--ours-only", "--label", label, "--config", config]
+            extra += ["--work", str(args.work / "runs" / label)]
+            extra += [a for s in sets for a in ("--set", s)]
+            jobs.append(
+                {
+                    "name": f"{label}_{r[0]}",
+                    "args": ["--scenes", r[0], *extra],
+                    "needs": [f"gen_{r[0]}"],
+                }
+            )
+    for job in jobs:
+        job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
+    return jobs
+
+
+def start_build(dvgo: Path, log: Path) -> subprocess.Popen:
+    """DirectVoxGO's CUDA extensions JIT-built (as `bash bench/gpu.sh dvgo-build`)."""
+    code = "import sys; sys.path[:0] = ['shim', '.']\nfrom lib import utils, dvgo, dcvgo, dmpigo"
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-c", code], cwd=dvgo, stdout=out, stderr=out)
+
+
+def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
+    """The finished jobs' scenes.json merged into out/scenes.json and scenes.md."""
+    results: dict[str, dict] = {}
+    for name in finished:
+        for scene, entry in load_results(work / "jobs" / name / "scenes.json").items():
+            if not name.startswith("gen_"):  # a scene found in place: not its generation
+                entry.pop("generate_seconds", None)
+            results.setdefault(scene, {}).update(entry)
+    order = [n for n in NAMES if n in results]
+    save(out, {n: results[n] for n in order}, meta)
+
+
+def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
+    """Runs `jobs` over `gpus` GPUs; 0 when every job succeeded, else 1."""
+    (args.work / "logs").mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    done: dict[str, int] = {}  # job -> exit status
+    running: dict[int, tuple] = {}  # gpu -> (job, process, its log, start)
+    build = None
+    if any(j["name"].startswith("dvgo_") for j in jobs):
+        build = start_build(args.dvgo, args.work / "logs" / "dvgo_build.log")
+        build_start = time.perf_counter()
+    waiting = list(jobs)
+    finished: list[str] = []
+    while waiting or running:
+        if build is not None and build.poll() is not None:
+            done["dvgo_build"] = build.returncode
+            seconds = time.perf_counter() - build_start
+            say(f"dvgo_build exited {build.returncode} after {seconds:.0f} s")
+            build = None
+        for gpu, (job, process, log, start) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[gpu]
+            log.close()
+            done[job["name"]] = process.returncode
+            say(
+                f"{job['name']} on GPU {gpu} exited {process.returncode} after "
+                f"{time.perf_counter() - start:.0f} s"
+            )
+            if process.returncode == 0:
+                finished.append(job["name"])
+                merge(args.work, args.out, meta, finished)
+        for job in [j for j in waiting if any(done.get(n, 0) != 0 for n in j["needs"])]:
+            waiting.remove(job)
+            done[job["name"]] = 1
+            say(
+                f"{job['name']} skipped: {', '.join(n for n in job['needs'] if done.get(n))} failed"
+            )
+        for gpu in (g for g in range(gpus) if g not in running):
+            job = next((j for j in waiting if all(done.get(n) == 0 for n in j["needs"])), None)
+            if job is None:
+                break
+            waiting.remove(job)
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+            log = (args.work / "logs" / f"{job['name']}.log").open("w")
+            say(f"{job['name']} on GPU {gpu}: {shlex.join(job['args'])}")
+            process = subprocess.Popen(
+                job["command"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+            running[gpu] = (job, process, log, time.perf_counter())
+        time.sleep(1.0)
+    failed = [n for n, code in done.items() if code != 0]
+    say(
+        f"pool done: {len(finished)} jobs finished"
+        + (f", failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] scenes_pool: {text}", flush=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--meshes", required=True, help="folder of the .off meshes")
+    parser.add_argument("--scenes", default=None, help=f"comma-separated, of {', '.join(NAMES)}")
+    parser.add_argument(
+        "--dvgo", type=Path, default=os.environ.get("DVGO_DIR", ROOT / ".anchors/dvgo")
+    )
+    parser.add_argument("--no-dvgo", action="store_true", help="ours' runs only")
+    parser.add_argument(
+        "--run", action="append", default=[], help='"LABEL[@CONFIG]: KEY=VALUE ..."'
+    )
+    parser.add_argument("--gpus", type=int, default=None, help="default: every GPU of the host")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scenes")
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "scenes_pool")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
+    parser.add_argument("--size", type=int, default=None, help="every scene's size (a check)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        rows = pick(args.scenes)
+        args.runs = [parse_run(r) for r in args.run]
+        if not args.no_dvgo and not (args.dvgo / "run_dvgo.py").is_file():
+            raise BenchError(f"--dvgo {args.dvgo}: no run_dvgo.py there (or pass --no-dvgo)")
+        import torch
+
+        gpus = args.gpus if args.gpus is not None else torch.cuda.device_count()
+        if gpus < 1:
+            raise BenchError(f"--gpus: expected at least 1 (CUDA devices here: {gpus})")
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+        meta = {
+            "device_name": f"{gpus} x {name}, one job per GPU",
+            "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "config": "; ".join(f"{label}: {c} {' '.join(s)}" for label, c, s in args.runs),
+        }
+        jobs = make_jobs(args, rows)
+    except BenchError as error:
+        print(f"scenes_pool: {error}", file=sys.stderr)
+        return 2
+    say(f"{len(jobs)} jobs over {gpus} GPUs ({len(SCENES)} scenes known, {len(rows)} asked for)")
+    return run_pool(args, jobs, gpus, meta)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
