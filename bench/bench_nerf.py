@@ -89,7 +89,7 @@ def step_fn(model: VoxelNeRF, exp: NerfExperiment, index: torch.Tensor, tv_weigh
         opt = grid.MaskedAdam(groups, betas=betas)
     else:
         opt = torch.optim.Adam(groups, betas=betas, fused=fused)
-    o, d, target = exp.rays_o[index], exp.rays_d[index], exp.colors[index]
+    o, d, target = exp.rays.take(index)
     info = {}
 
     def step():
@@ -115,7 +115,7 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
     other = to_channels_first(native, exp.config)
     native_torch = copy.deepcopy(native)
     native_torch.renderer = "torch"
-    o, d = exp.rays_o[index], exp.rays_d[index]
+    o, d, _ = exp.rays.take(index)
     with torch.no_grad():
         a = native.render(o, d, exp.background)["rgb"]
         b = other.render(o, d, exp.background)["rgb"]
@@ -326,9 +326,7 @@ def main(argv=None) -> int:
     exp = NerfExperiment(config, device, gen, resolution)
     if checkpoint is not None:
         exp.model.load_state_dict(checkpoint["model"])
-    index = torch.randint(
-        exp.colors.shape[0], (config.train.batch_size,), generator=gen, device=device
-    )
+    index = torch.randint(len(exp.rays), (config.train.batch_size,), generator=gen, device=device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     meta = {
         "device_name": name,

@@ -332,7 +332,7 @@ def test_the_experiment_trains_and_tests_on_own_pixels_only(tmp_path):
     overrides += ["grid.resolution=8", "nerf.hidden=8", "output.picture_views=2"]
     config = load_config(None, overrides)
     exp = NerfExperiment(config, torch.device("cpu"), torch.Generator(), None)
-    assert exp.colors.shape == (H * W + H * (W + 2), 3)  # no padding among the training rays
+    assert exp.rays.colors.shape == (H * W + H * (W + 2), 3)  # no padding among the training rays
     quality = exp.evaluate(0.0)
     assert all(math.isfinite(p) for p in quality["view_psnr"])
     assert [r.shape[:2] for r, _ in exp.renders] == [(H, W + 2), (H - 2, W)]  # f_1, f_2

@@ -49,15 +49,12 @@ class Appearance(nn.Module):
         return {"params": [self.codes], "lr": lr, "base_lr": lr}
 
 
-def make_appearance(
-    n: NerfConfig, shape: tuple[int, int, int], mask: Tensor | None, device: torch.device
-) -> tuple[Appearance | None, Tensor | None]:
-    """(the codes, each training pixel's image [N] int32 on `device`) for `nerf.appearance`
-    (n) and training images `shape` (V, H, W) of which `mask` keeps some pixels; (None, None)
-    when it is off."""
+def make_appearance(n: NerfConfig, images: int, device: torch.device) -> Appearance | None:
+    """The codes of `images` training images for `nerf.appearance` (n); None when it is off.
+    A ray's image is `TrainingRays.view_of` (train/nerf/rays.py)."""
     if n.appearance == "off":
-        return None, None
-    return Appearance(shape[0], device), pixel_views(shape, mask).to(device)
+        return None
+    return Appearance(images, device)
 
 
 def pixel_views(shape: tuple[int, int, int], mask: Tensor | None = None) -> Tensor:

@@ -38,9 +38,10 @@ from ..step_graph import use_graphs
 from .appearance import color_correct, make_appearance
 from .config import graph_problem, scene_args
 from .evaluation import background_errors, background_metrics, seconds_to
-from .fit_box import box_resolution, crossing_rays, surface_box
+from .fit_box import box_resolution, surface_box
 from .losses import auxiliary_losses
 from .model import VoxelNeRF
+from .rays import TrainingRays
 from .render import capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
@@ -157,15 +158,8 @@ class NerfExperiment:
         except DatasetError as error:
             raise InputFileError(error.path, error.problem, key="data.path") from None
         self.train_views, self.test_views = train, test
-        origins, directions = camera_rays(train)  # [V, H, W, 3] each
-        colors = torch.as_tensor(train.images)
-        mask = train.mask()  # views of different sizes: their own pixels, not the padding
-        self.appearance, self.ray_view = make_appearance(c.nerf, colors.shape[:3], mask, device)
-        if mask is not None:
-            origins, directions, colors = origins[mask], directions[mask], colors[mask]
-        self.rays_o = origins.reshape(-1, 3).to(device)
-        self.rays_d = directions.reshape(-1, 3).to(device)
-        self.colors = colors.reshape(-1, 3).to(device)
+        self.rays = TrainingRays(train, device)  # views of different sizes: their own pixels
+        self.appearance = make_appearance(c.nerf, train.images.shape[0], device)
         test_o, test_d = camera_rays(test)
         self.test_rays = (test_o.to(device), test_d.to(device))  # [T, H, W, 3] each
         self.test_images = torch.as_tensor(test.images).to(device)  # [T, H, W, 3]
@@ -261,9 +255,8 @@ class NerfExperiment:
 
     def surface_box(self, margin: float, rays: int = 65536) -> list[list[float]] | None:
         """`fit_box.surface_box` of `rays` random training rays."""
-        index = torch.randint(self.colors.shape[0], (rays,), generator=self.gen, device=self.device)
-        o, d, colors = self.rays_o[index], self.rays_d[index], self.colors[index]
-        return surface_box(self.model, o, d, colors, self.background, margin)
+        index = torch.randint(len(self.rays), (rays,), generator=self.gen, device=self.device)
+        return surface_box(self.model, *self.rays.take(index), self.background, margin)
 
     def agree_box(self, box: list[list[float]] | None) -> list[list[float]] | None:
         """The ranks' boxes averaged (None if any rank has none), so that rounding cannot
@@ -283,14 +276,14 @@ class NerfExperiment:
         """With a fitted box, the training rays that cross it ([K] int64): the others have
         no samples and render the background whatever the grids hold, so a batch drawn from
         these alone teaches more (DirectVoxGO draws from the rays that cross its coarse
-        mask). None: every ray."""
+        mask). [K] int32; None: every ray."""
         box = self.model.bounds_list
         if not self.config.nerf.fit_box or self.pool_box == box:
             return self.pool
         self.pool, self.pool_box = None, box
         if not self.box_fitted():
             return None
-        pool = crossing_rays(self.rays_o, self.rays_d, box)
+        pool = self.rays.crossing(box)
         self.pool = pool if pool.shape[0] > 0 else None
         return self.pool
 
@@ -304,17 +297,18 @@ class NerfExperiment:
         """(loss, batch MSE): render `train.batch_size` random training rays."""
         c = self.config
         pool = self.ray_pool()
-        count = self.colors.shape[0] if pool is None else pool.shape[0]
+        count = len(self.rays) if pool is None else pool.shape[0]
         index = torch.randint(count, (c.train.batch_size,), generator=self.gen, device=self.device)
         index = index[self.rows]  # the whole batch is drawn on every rank, each renders its share
         if pool is not None:
             index = pool[index]
-        out = self.model.render(self.rays_o[index], self.rays_d[index], self.background)
+        origins, directions, target = self.rays.take(index)  # [R, 3] each
+        out = self.model.render(origins, directions, self.background)
         self.samples = out["samples"]
-        target = self.colors[index]  # [R, 3]
         rgb, penalty = out["rgb"], 0.0
         if self.appearance is not None:  # each image's own exposure and white balance
-            rgb, penalty = self.appearance.fit(rgb, self.ray_view[index], c.nerf.appearance_weight)
+            views = self.rays.view_of(index)
+            rgb, penalty = self.appearance.fit(rgb, views, c.nerf.appearance_weight)
         mse = (rgb - target).square().mean()
         loss = mse + penalty + auxiliary_losses(c.nerf, out, target)
         if c.train.tv_weight:
@@ -326,7 +320,7 @@ class NerfExperiment:
         its buffers (it reads counts back: op by op), else what the graph depends on beyond
         the parameters, i.e. the planned buffer sizes and the tensors it reads."""
         m = self.model
-        sizes = m.capacity.peek(capacity_key(m, self.rays_o.dtype), self.batch_rows)
+        sizes = m.capacity.peek(capacity_key(m, self.rays.dtype), self.batch_rows)
         if sizes is None:
             return None
         pool = self.ray_pool()
@@ -474,7 +468,7 @@ class NerfExperiment:
             "backend": c.grid.backend,
             "resolution": list(m.resolution),
             "bounds": m.bounds_list,
-            "ray_pool": 1.0 if self.pool is None else self.pool.shape[0] / self.colors.shape[0],
+            "ray_pool": 1.0 if self.pool is None else self.pool.shape[0] / len(self.rays),
             "parameters": sum(p.numel() for p in m.parameters()),
             "batch_size": c.train.batch_size,
             "processes": common["processes"],

@@ -6,8 +6,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from grid import ray_aabb
-
 from .model import VoxelNeRF, mean_spacing
 
 
@@ -44,16 +42,6 @@ def surface_box(
     last = torch.quantile(points, 1 - 1e-4, dim=0) + margin * spacing
     first, last = first.maximum(lo), last.minimum(hi)
     return None if bool((last <= first).any()) else [first.tolist(), last.tolist()]
-
-
-def crossing_rays(origins: Tensor, directions: Tensor, box: list[list[float]]) -> Tensor:
-    """The indices [K] int64 of the rays (origins, directions [N, 3]) that cross `box`."""
-    lo, hi = box
-    crossing = []
-    for o, d in zip(origins.split(1 << 20), directions.split(1 << 20), strict=True):
-        t_near, t_far = ray_aabb(o, d, lo, hi)
-        crossing.append(t_far > t_near)
-    return torch.cat(crossing).nonzero()[:, 0]
 
 
 def box_resolution(
