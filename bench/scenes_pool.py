@@ -83,7 +83,7 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "needs": [f"gen_{r[0]}"],
                 }
             )
-    for job in jobs:
+    for job in jobs:  # absolute: DirectVoxGO runs in its own folder
         job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
     return jobs
 
@@ -117,8 +117,11 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
     if any(j["name"].startswith("dvgo_") for j in jobs):
         build = start_build(args.dvgo, args.work / "logs" / "dvgo_build.log")
         build_start = time.perf_counter()
-    waiting = list(jobs)
-    finished: list[str] = []
+    finished = [
+        j["name"] for j in jobs if (args.work / "jobs" / j["name"] / "scenes.json").is_file()
+    ]
+    done.update((name, 0) for name in finished)  # an earlier pool's: kept, not run again
+    waiting = [j for j in jobs if j["name"] not in finished]
     while waiting or running:
         if build is not None and build.poll() is not None:
             done["dvgo_build"] = build.returncode
@@ -190,6 +193,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.work, args.out, args.data = (p.resolve() for p in (args.work, args.out, args.data))
     try:
         rows = pick(args.scenes)
         args.runs = [parse_run(r) for r in args.run]
