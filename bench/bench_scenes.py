@@ -215,12 +215,12 @@ def summary_line(results: dict[str, dict], system: str) -> str:
     text = f"- {system}: mean PSNR {_number(mean['psnr'], '{:.2f}')} dB over {mean['scenes']}"
     text += f" scenes, mean training {_number(mean['train_seconds'], '{:.1f}')} s"
     if system != "dvgo" and deltas:
-        slowest = None if None in reach else max(reach)
+        reached = [r for r in reach if r is not None]
         text += (
             f"; against DirectVoxGO on {len(deltas)}: mean {sum(deltas) / len(deltas):+.2f} dB, "
-            f"{sum(d < 0 for d in deltas)} below it, its PSNR reached by "
-            f"{_number(slowest, '{:.2f}')} of its time at worst"
+            f"{sum(d < 0 for d in deltas)} below it, its PSNR reached on {len(reached)}"
         )
+        text += f" (by {max(reached):.2f} of its time at worst)" if reached else ""
     return text + "."
 
 
