@@ -111,6 +111,14 @@ class SdfConfig:
         "Only the mesh changes; the grid is left as fitted.",
         0,
     )
+    close: bool = doc(
+        "sdf: when the mesh is extracted, the grid's outermost layer of voxels counts as "
+        "outside, so a surface that leaves the box (a scan cut off by the box, a side never "
+        "scanned) is closed along the box's faces, at most one voxel in: the mesh is "
+        "watertight. `false`: left open where it meets the box. Only the mesh changes; the "
+        "grid is left as fitted.",
+        True,
+    )
     support_ratio: float = doc(
         'sdf, `sdf.keep = "supported"`: how much farther from the points than the mesh '
         "as a whole a component may lie (medians of the vertices' distances) and be kept.",

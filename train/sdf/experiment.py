@@ -55,6 +55,7 @@ from .points import (
     sample_surface,
     shape_params,
 )
+from .winding import point_areas, winding_numbers
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -111,22 +112,29 @@ def points_per_voxel(points: Tensor, resolution: tuple[int, int, int], bounds: l
 
 #: The points init measures distances to at most this many of the points (a random subset)
 INIT_POINTS = 1 << 15
-#: ... and signs each voxel by this many nearest points.
+#: ... and signs each voxel by this many nearest points,
 INIT_NEIGHBOURS = 8
+#: or, beyond this many voxels from every point, by the winding number of this many.
+FAR_VOXELS = 2.0
+WINDING_POINTS = 2048
 
 
 @torch.no_grad()
 def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> None:
     """Set every voxel to its distance to the nearest point of the cloud, negative where
-    its nearest points' normals face away from it (the voxel is behind the surface).
+    it is inside the surface.
 
-    The sign is that of the mean over the INIT_NEIGHBOURS nearest points of (x - p) . n:
-    the nearest point alone fails near corners, where a far voxel's nearest point can lie
-    on a face that the voxel is behind although it is outside. The field then starts with
-    the right sign everywhere, so no spurious surface has to be swept away where the
-    points say nothing: a zero start leaves such sheets, a local minimum of the eikonal
-    term. Measured against a random subset of at most INIT_POINTS points (`gen`), by
-    brute force in chunks (the start grid is coarse)."""
+    Near the points (within FAR_VOXELS voxels), inside means behind its nearest points: the
+    mean over the INIT_NEIGHBOURS nearest points of (x - p) . n is negative (the nearest
+    point alone fails near corners, where a far voxel's nearest point can lie on a face that
+    the voxel is behind although it is outside). Farther away, where a scan's hole or
+    unscanned side leaves the nearest points' normals facing any way, inside means a
+    winding number above 1/2 (train/sdf/winding.py, of WINDING_POINTS of the points): the
+    surface closes across the hole as screened Poisson's does. The field then starts with
+    the right sign everywhere, so no spurious surface has to be swept away where the points
+    say nothing: a zero start leaves such sheets, a local minimum of the eikonal term.
+    Measured against random subsets of the points (`gen`), by brute force in chunks (the
+    start grid is coarse)."""
     points, normals = cloud.points, cloud.normals
     if len(cloud) > INIT_POINTS:
         pick = torch.randperm(len(cloud), generator=gen, device=gen.device)[:INIT_POINTS]
@@ -144,6 +152,14 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
         distance, nearest = nearest_points(x, points, k)  # [C, k]
         side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
         values[start : start + len(x)] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
+    spacing = max((b - a) / (n - 1) for a, b, n in zip(lo, hi, model.resolution, strict=True))
+    far = values.abs() > FAR_VOXELS * spacing
+    if far.any() and len(points) > 2:
+        few = torch.randperm(len(points), generator=gen, device=gen.device)[:WINDING_POINTS]
+        few = few.to(points.device)
+        p, n = points[few], normals[few]
+        inside = winding_numbers(nodes[far], p, n, point_areas(p)) > 0.5
+        values[far] = torch.where(inside, -values[far].abs(), values[far].abs())
     model.features.copy_(values.reshape(model.features.shape))
 
 

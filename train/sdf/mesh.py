@@ -37,15 +37,24 @@ class Mesh:
         return Mesh(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64), np.zeros((0, 3)))
 
 
-def zero_level_set(model: VoxelGrid, interpolation: str, min_island: int = 0) -> Mesh:
+def zero_level_set(
+    model: VoxelGrid, interpolation: str, min_island: int = 0, close: bool = False
+) -> Mesh:
     """The zero level set of channel 0 of `model` by marching cubes over its voxels
     (`grid.marching_cubes`, on the grid's device), in world coordinates, with normals
     from the field's gradient (outward, towards f > 0). Empty when the field does not
     change sign. `min_island` > 0: sign islands of fewer voxels are filled first
-    (`fill_sign_islands`)."""
+    (`fill_sign_islands`). `close`: the outermost voxels count as outside (|f|), so that
+    the surface closes along the box's faces instead of ending open there."""
     values = model.features[..., 0].detach().float()  # [X, Y, Z]
     if min_island > 0:
         values = fill_sign_islands(values, min_island)
+    if close:
+        values = values.clone()
+        for axis in range(3):
+            for end in (0, -1):
+                face = values.select(axis, end)
+                face.copy_(face.abs())
     if not (values.min() < 0 < values.max()):
         return Mesh.empty()
     vertices, faces = marching_cubes(values, 0.0, interpolation, bounds=model.bounds)
