@@ -273,7 +273,7 @@ class NerfExperiment:
         return (t[:6] / self.world.size).reshape(2, 3).tolist()
 
     def ray_pool(self) -> Tensor | None:
-        """With a fitted box, the training rays that cross it ([K] int64): the others have
+        """With a fitted box, the training rays that cross it: the others have
         no samples and render the background whatever the grids hold, so a batch drawn from
         these alone teaches more (DirectVoxGO draws from the rays that cross its coarse
         mask). [K] int32; None: every ray."""
