@@ -152,7 +152,7 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
         distance, nearest = nearest_points(x, points, k)  # [C, k]
         side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
         values[start : start + len(x)] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
-    spacing = max((b - a) / (n - 1) for a, b, n in zip(lo, hi, model.resolution, strict=True))
+    spacing = max((b - a) / max(n - 1, 1) for a, b, n in zip(lo, hi, model.resolution, strict=True))
     far = values.abs() > FAR_VOXELS * spacing
     if far.any() and len(points) > 2:
         few = torch.randperm(len(points), generator=gen, device=gen.device)[:WINDING_POINTS]
