@@ -14,9 +14,13 @@ the KEY=VALUE are --set options). A free GPU takes the first job whose scene is 
 CUDA_VISIBLE_DEVICES set to its GPU, its output in --work/logs/<job>.log, its numbers in
 --work/jobs/<job>/scenes.json. After every job the numbers of all finished jobs are merged
 into --out/scenes.json and scenes.md (bench_scenes.py's table), so a pool cut short keeps
-what finished. Jobs on different GPUs share the host's CPUs: a job's seconds are its own
-GPU's, with the other GPUs busy as well (the table says how many GPUs ran). A failed job is
-reported and its scene's later jobs still run; the exit status is 1 when any job failed.
+what finished, and a later pool with the same --work keeps the jobs that wrote their
+scenes.json instead of running them again. The scenes are generated with the first --run's
+config (every run must describe the same scenes). Jobs on different GPUs share the host's
+CPUs: a job's seconds are its own GPU's with the other GPUs busy as well (the table says how
+many GPUs ran); DirectVoxGO, whose steps wait on Python, measured 198 s on the bunny here
+against 162 s alone on one H200. A failed generation skips its scene's other jobs; the exit
+status is 1 when any job failed or was skipped.
 """
 
 from __future__ import annotations
