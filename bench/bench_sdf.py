@@ -36,14 +36,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
+# as `python -m train` does (train/__init__.py), before torch loads libgomp: the fits run in
+# this process, and spinning threads made them ~20x slower beside another job on 2 cores
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "bench"):
