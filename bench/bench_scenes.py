@@ -178,11 +178,15 @@ def against_dvgo(ours: dict, dvgo: dict | None) -> dict[str, Any]:
     return {"delta": ours["psnr"] - level, "at_time": at_time, "reach": reach}
 
 
+def versus(results: dict[str, dict], system: str) -> list[dict[str, Any]]:
+    """`against_dvgo` of `system` on each scene where it ran."""
+    return [against_dvgo(r[system], r.get("dvgo")) for r in results.values() if r.get(system)]
+
+
 def difference(results: dict[str, dict], system: str = "ours") -> tuple[float | None, int]:
     """Mean of `system`'s PSNR less DirectVoxGO's over the scenes that have both, and how
     many."""
-    both = [against_dvgo(r[system], r.get("dvgo")) for r in results.values() if r.get(system)]
-    both = [b["delta"] for b in both if b["delta"] is not None]
+    both = [v["delta"] for v in versus(results, system) if v["delta"] is not None]
     return (sum(both) / len(both) if both else None), len(both)
 
 
@@ -209,13 +213,12 @@ def _cells(entry: dict | None, dvgo: dict | None) -> list[str]:
 def summary_line(results: dict[str, dict], system: str) -> str:
     """One system's means over the scenes, and against DirectVoxGO where it ran."""
     mean = means(results, system)
-    versus = [against_dvgo(r[system], r.get("dvgo")) for r in results.values() if r.get(system)]
-    deltas = [v["delta"] for v in versus if v["delta"] is not None]
-    reach = [v["reach"] for v in versus if v["delta"] is not None]
+    both = [v for v in versus(results, system) if v["delta"] is not None]
+    deltas = [v["delta"] for v in both]
     text = f"- {system}: mean PSNR {_number(mean['psnr'], '{:.2f}')} dB over {mean['scenes']}"
     text += f" scenes, mean training {_number(mean['train_seconds'], '{:.1f}')} s"
     if system != "dvgo" and deltas:
-        reached = [r for r in reach if r is not None]
+        reached = [v["reach"] for v in both if v["reach"] is not None]
         text += (
             f"; against DirectVoxGO on {len(deltas)}: mean {sum(deltas) / len(deltas):+.2f} dB, "
             f"{sum(d < 0 for d in deltas)} below it, its PSNR reached on {len(reached)}"

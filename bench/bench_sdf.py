@@ -36,24 +36,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# as `python -m train` does (train/__init__.py), before torch loads libgomp: the fits run in
-# this process, and spinning threads made them ~20x slower beside another job on 2 cores
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+# train first: it sets GOMP_SPINCOUNT before torch loads libgomp (train/__init__.py); the fits
+# run in this process, and spinning threads made them ~20x slower beside another job
+import train  # noqa: E402, F401, I001
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from sdf_inputs import (  # noqa: E402
     BOX,

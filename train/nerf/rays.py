@@ -49,10 +49,13 @@ class TrainingRays:
             return self.view[index]
         return torch.div(index, self.pixels, rounding_mode="floor")
 
+    def rays(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        """(origins, directions) [K, 3] float32 of the rays `index` [K]."""
+        return self.origins[self.view_of(index)], self.directions[index]
+
     def take(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(origins, directions, colours) [K, 3] float32 of the rays `index` [K]."""
-        origins = self.origins[self.view_of(index)]
-        return origins, self.directions[index], self.colors[index].float()
+        return *self.rays(index), self.colors[index].float()
 
     def crossing(self, box: list[list[float]], chunk: int = 1 << 20) -> Tensor:
         """The indices [K] int32 of the rays that cross `box` (lo, hi corners)."""
@@ -60,7 +63,7 @@ class TrainingRays:
         crossing = []
         for start in range(0, len(self), chunk):
             index = torch.arange(start, min(start + chunk, len(self)), device=self.colors.device)
-            o, d, _ = self.take(index)
+            o, d = self.rays(index)
             t_near, t_far = ray_aabb(o, d, lo, hi)
             crossing.append(t_far > t_near)
         return torch.cat(crossing).nonzero()[:, 0].to(torch.int32)

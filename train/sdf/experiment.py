@@ -152,8 +152,7 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
         distance, nearest = nearest_points(x, points, k)  # [C, k]
         side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
         values[start : start + len(x)] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
-    spacing = max((b - a) / max(n - 1, 1) for a, b, n in zip(lo, hi, model.resolution, strict=True))
-    far = values.abs() > FAR_VOXELS * spacing
+    far = values.abs() > FAR_VOXELS * voxel_size(model.resolution, [lo, hi])
     if far.any() and len(points) > 2:
         few = torch.randperm(len(points), generator=gen, device=gen.device)[:WINDING_POINTS]
         few = few.to(points.device)
@@ -163,9 +162,9 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
     model.features.copy_(values.reshape(model.features.shape))
 
 
-def voxel_size(resolution: tuple[int, int, int], config: Config) -> float:
-    """The largest side of a voxel of a grid of `resolution` over `grid.bounds`."""
-    lo, hi = config.grid.bounds
+def voxel_size(resolution: tuple[int, int, int], bounds: list) -> float:
+    """The largest side of a voxel of a grid of `resolution` over `bounds` (lo, hi)."""
+    lo, hi = bounds
     return max((b - a) / (n - 1) for a, b, n in zip(lo, hi, resolution, strict=True))
 
 
@@ -281,7 +280,7 @@ class SdfExperiment(GridSchedule):
         terms = sdf_losses(self.model, points, normals, uniform)
         surface, normal, eikonal = terms
         if self.config.sdf.surface_units == "voxel":
-            surface = surface / voxel_size(self.model.resolution, self.config) ** 2
+            surface = surface / voxel_size(self.model.resolution, self.config.grid.bounds) ** 2
         loss = surface + t.normal_weight * normal + t.eikonal_weight * eikonal
         if t.tv_weight:
             loss = loss + t.tv_weight * self.model.total_variation()

@@ -18,26 +18,21 @@ import math
 import torch
 from torch import Tensor
 
+from .neighbours import nearest_points
+
 #: neighbours whose distance sizes a point's area
 AREA_NEIGHBOURS = 8
 
 
-def point_areas(points: Tensor, block: int = 1 << 22) -> Tensor:
+def point_areas(points: Tensor) -> Tensor:
     """[N] the area each of points [N, 3] stands for: pi r^2 / K, r the distance to its
-    K-th nearest other point (K = AREA_NEIGHBOURS, or N - 1 when fewer). Brute force in
-    chunks of about `block` pairs: meant for a few thousand points."""
+    K-th nearest other point (K = AREA_NEIGHBOURS, or N - 1 when fewer)."""
     n = points.shape[0]
     k = min(AREA_NEIGHBOURS, n - 1)
     if k < 1:
         raise ValueError(f"point_areas: {n} point(s), need at least 2")
-    rows = max(1, block // n)
-    kth = torch.cat(
-        [
-            torch.cdist(points[i : i + rows], points).topk(k + 1, largest=False).values[:, -1]
-            for i in range(0, n, rows)
-        ]
-    )  # the point itself is the nearest, at 0
-    return math.pi * kth.square() / k
+    distance, _ = nearest_points(points, points, k + 1)  # [N, k + 1]: itself first, at 0
+    return math.pi * distance[:, -1].to(points.dtype).square() / k
 
 
 def winding_numbers(
