@@ -2,8 +2,8 @@
 ours' configs trained on each, one job per GPU at a time, into one table.
 
     python bench/scenes_pool.py --meshes DIR [--scenes a,b] [--dvgo DIR] [--no-dvgo]
-        [--run "LABEL[@CONFIG]: KEY=VALUE ..."]... [--gpus N] [--out DIR] [--work DIR]
-        [--data DIR] [--size N]
+        [--run "LABEL[@CONFIG]: KEY=VALUE ..."]... [--gpus N] [--per-gpu K] [--out DIR]
+        [--work DIR] [--data DIR] [--size N]
 
 Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
 (unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
@@ -15,7 +15,9 @@ CUDA_VISIBLE_DEVICES set to its GPU, its output in --work/logs/<job>.log, its nu
 --work/jobs/<job>/scenes.json. After every job the numbers of all finished jobs are merged
 into --out/scenes.json and scenes.md (bench_scenes.py's table), so a pool cut short keeps
 what finished, and a later pool with the same --work keeps the jobs that wrote their
-scenes.json instead of running them again. The scenes are generated with the first --run's
+scenes.json instead of running them again. `--per-gpu K` runs K jobs at once on each GPU
+(for quality comparisons at equal steps on a host with few GPUs: their seconds are then
+not each job's alone). The scenes are generated with the first --run's
 config (every run must describe the same scenes). Jobs on different GPUs share the host's
 CPUs: a job's seconds are its own GPU's with the other GPUs busy as well (the table says how
 many GPUs ran); DirectVoxGO, whose steps wait on Python, measured 198 s on the bunny here
@@ -112,11 +114,12 @@ def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
 
 
 def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
-    """Runs `jobs` over `gpus` GPUs; 0 when every job succeeded, else 1."""
+    """Runs `jobs` over `gpus` GPUs, args.per_gpu at once on each; 0 when every job
+    succeeded, else 1."""
     (args.work / "logs").mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     done: dict[str, int] = {}  # job -> exit status
-    running: dict[int, tuple] = {}  # gpu -> (job, process, its log, start)
+    running: dict[int, tuple] = {}  # slot -> (job, process, its log, start); GPU slot % gpus
     build = None
     if any(j["name"].startswith("dvgo_") for j in jobs):
         build = start_build(args.dvgo, args.work / "logs" / "dvgo_build.log")
@@ -132,14 +135,14 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
             seconds = time.perf_counter() - build_start
             say(f"dvgo_build exited {build.returncode} after {seconds:.0f} s")
             build = None
-        for gpu, (job, process, log, start) in list(running.items()):
+        for slot, (job, process, log, start) in list(running.items()):
             if process.poll() is None:
                 continue
-            del running[gpu]
+            del running[slot]
             log.close()
             done[job["name"]] = process.returncode
             say(
-                f"{job['name']} on GPU {gpu} exited {process.returncode} after "
+                f"{job['name']} on GPU {slot % gpus} exited {process.returncode} after "
                 f"{time.perf_counter() - start:.0f} s"
             )
             if process.returncode == 0:
@@ -151,7 +154,8 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
             say(
                 f"{job['name']} skipped: {', '.join(n for n in job['needs'] if done.get(n))} failed"
             )
-        for gpu in (g for g in range(gpus) if g not in running):
+        for slot in (k for k in range(gpus * args.per_gpu) if k not in running):
+            gpu = slot % gpus
             job = next((j for j in waiting if all(done.get(n) == 0 for n in j["needs"])), None)
             if job is None:
                 break
@@ -162,7 +166,7 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
             process = subprocess.Popen(
                 job["command"], env=env, stdout=log, stderr=subprocess.STDOUT
             )
-            running[gpu] = (job, process, log, time.perf_counter())
+            running[slot] = (job, process, log, time.perf_counter())
         time.sleep(1.0)
     failed = [n for n, code in done.items() if code != 0]
     say(
@@ -188,6 +192,7 @@ def parse_args(argv=None):
         "--run", action="append", default=[], help='"LABEL[@CONFIG]: KEY=VALUE ..."'
     )
     parser.add_argument("--gpus", type=int, default=None, help="default: every GPU of the host")
+    parser.add_argument("--per-gpu", type=int, default=1, help="jobs at once on each GPU")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scenes")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "scenes_pool")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
@@ -208,9 +213,11 @@ def main(argv=None) -> int:
         gpus = args.gpus if args.gpus is not None else torch.cuda.device_count()
         if gpus < 1:
             raise BenchError(f"--gpus: expected at least 1 (CUDA devices here: {gpus})")
+        if args.per_gpu < 1:
+            raise BenchError(f"--per-gpu: expected at least 1, got {args.per_gpu}")
         name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
         meta = {
-            "device_name": f"{gpus} x {name}, one job per GPU",
+            "device_name": f"{gpus} x {name}, {args.per_gpu} job(s) at once per GPU",
             "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "config": "; ".join(f"{label}: {c} {' '.join(s)}" for label, c, s in args.runs),
@@ -219,7 +226,10 @@ def main(argv=None) -> int:
     except BenchError as error:
         print(f"scenes_pool: {error}", file=sys.stderr)
         return 2
-    say(f"{len(jobs)} jobs over {gpus} GPUs ({len(SCENES)} scenes known, {len(rows)} asked for)")
+    say(
+        f"{len(jobs)} jobs over {gpus} GPUs x {args.per_gpu} ({len(SCENES)} scenes known, "
+        f"{len(rows)} asked for)"
+    )
     return run_pool(args, jobs, gpus, meta)
 
 

@@ -114,3 +114,27 @@ def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path):
     assert "| realistic | 400x400 | fast | 30.00" in (args.out / "scenes.md").read_text()
     log = (args.work / "logs" / "fast_realistic.log").read_text()
     assert log == ""  # each job's output goes to its own log
+
+
+def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path):
+    args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2")
+    rows = scenes_pool.pick("realistic,bunny_glossy")
+    jobs = scenes_pool.make_jobs(args, rows)
+    for job in jobs:
+        job["command"] = _stand_in(
+            args.work / "jobs" / job["name"], job["args"][1], job["name"], False
+        )
+    meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
+    assert scenes_pool.run_pool(args, jobs, 1, meta) == 0
+    ran = [(args.work / "jobs" / j["name"] / "ran").read_text().split() for j in jobs]
+    assert [gpu for _, gpu in ran] == ["0", "0"]
+    (a, _), (b, _) = ran
+    assert abs(float(a) - float(b)) < 0.25  # both started before either's 0.3 s ended
+
+
+def test_per_gpu_below_one_is_refused(tmp_path, capsys):
+    assert (
+        scenes_pool.main(["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--per-gpu", "0"])
+        == 2
+    )
+    assert "--per-gpu: expected at least 1, got 0" in capsys.readouterr().err
