@@ -76,19 +76,24 @@ def march_rays(
     step: float,
     near: float = 0.0,
     occupancy: OccupancyGrid | None = None,
+    jitter: float | Tensor | None = None,
 ) -> RaySamples:
     """Fixed-step samples along each ray inside the box, packed and sorted by ray.
 
     Ray r gets `n_r = ceil((t_far - t_near) / step)` samples (0 for a miss), sample j at
-    the centre of its step, `t = t_near + (j + 0.5) * step`, j = 0 .. n_r - 1 (so the last
-    centre can lie up to half a step past t_far). With `occupancy`, samples whose nearest
-    occupancy voxel is empty are dropped (`occupancy.query(points)`).
+    `t = t_near + (j + jitter_r) * step`, j = 0 .. n_r - 1: by default the centre of its
+    step (jitter 0.5; so the last centre can lie up to half a step past t_far). With
+    `occupancy`, samples whose nearest occupancy voxel is empty are dropped
+    (`occupancy.query(points)`).
 
     Args:
         origins, directions, lo, hi, near: as in `ray_aabb`.
         step: the distance between consecutive samples (> 0), in the directions' units.
         occupancy: optional `OccupancyGrid` on the rays' device (its own box may differ
             from `[lo, hi]`; points are looked up in it).
+        jitter: where in its step each sample sits, in [0, 1): a number, [R] per ray
+            (e.g. `torch.rand(R)`: stratified sampling), or None (0.5, the centres), as in
+            `march_rays_static`.
 
     Returns:
         `RaySamples(ray_indices [S] int64, t [S], points [S, 3])` in the rays' dtype.
@@ -106,6 +111,8 @@ def march_rays(
     step = _checks.real("step", step, positive=True)
     if occupancy is not None:
         _check_occupancy(occupancy, origins)
+    if jitter is not None:
+        jitter = _per_ray("jitter", jitter, origins, fraction=True)
 
     n_rays, device = origins.shape[0], origins.device
     t_near, t_far = _ray_aabb(origins, directions, lo, hi, near)
@@ -118,7 +125,8 @@ def march_rays(
     first = torch.cumsum(counts, 0) - counts  # [R] each ray's first sample
     j = torch.arange(ray_indices.shape[0], device=device) - first[ray_indices]  # [S]
     # (j + 0.5) in the rays' dtype: float32 rays give the bits VoxelNeRF.render gave.
-    t = t_near[ray_indices] + (j.to(t_near.dtype) + 0.5) * step  # [S]
+    shift = 0.5 if jitter is None else jitter[ray_indices]  # [S]
+    t = t_near[ray_indices] + (j.to(t_near.dtype) + shift) * step  # [S]
     points = origins[ray_indices] + directions[ray_indices] * t[:, None]  # [S, 3]
     if occupancy is not None:
         keep = occupancy.query(points)  # empty space never reaches the caller's fields
@@ -207,7 +215,7 @@ def march_rays_static(
     n_rays = origins.shape[0]
     step = _per_ray("step", step, origins, positive=True)
     if jitter is not None:
-        jitter = _per_ray("jitter", jitter, origins)
+        jitter = _per_ray("jitter", jitter, origins, fraction=True)
     flags = flag_bounds = None
     if occupancy is not None:
         _check_occupancy(occupancy, origins)
@@ -222,9 +230,11 @@ def march_rays_static(
     return PackedSamples(ray_indices, t, points, offsets.clamp_max(capacity), total)
 
 
-def _per_ray(name: str, value: float | Tensor, origins: Tensor, positive: bool = False) -> Tensor:
+def _per_ray(
+    name: str, value: float | Tensor, origins: Tensor, positive: bool = False, fraction=False
+) -> Tensor:
     """A number or an [R] tensor as an [R] tensor in the rays' dtype (a number: expanded
-    without a copy)."""
+    without a copy). `fraction`: a number must lie in [0, 1) (a tensor is not read back)."""
     n_rays = origins.shape[0]
     if isinstance(value, Tensor):
         _checks.float_tensor(name, value, "[R]", 1)
@@ -233,6 +243,8 @@ def _per_ray(name: str, value: float | Tensor, origins: Tensor, positive: bool =
             raise ValueError(f"{name}: expected shape [{n_rays}], got {list(value.shape)}")
         return value.to(origins.dtype)
     value = _checks.real(name, value, positive=positive)
+    if fraction and not 0 <= value < 1:
+        raise ValueError(f"{name}: expected a number in [0, 1), got {value}")
     return origins.new_full((1,), value).expand(n_rays)
 
 

@@ -48,6 +48,26 @@ def test_fused_render_equals_the_old_render_in_float64(near):
     )
 
 
+def test_jittered_renders_agree_and_move_the_samples():
+    """Stratified training samples: both renderers put them at the same depths (same
+    renders and gradients in float64), and they are not the centred samples."""
+    old, fused = pair()
+    origins, directions = (x.double() for x in rays(300, seed=8))
+    background = torch.tensor([0.2, 0.5, 1.0], dtype=torch.float64)
+    jitter = torch.rand(300, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want = old.render(origins, directions, background, jitter=jitter)
+    got = fused.render(origins, directions, background, jitter=jitter)
+    assert got["samples"] == want["samples"] > 1000
+    for key in ("rgb", "depth", "acc"):
+        torch.testing.assert_close(got[key], want[key], rtol=1e-10, atol=1e-12)
+    for a, b in zip(grads(fused, got), grads(old, want), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    centred = fused.render(origins, directions, background)
+    assert (centred["depth"] - got["depth"]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="jitter"):
+        fused.render(origins, directions, background, jitter=jitter[:5])
+
+
 def test_fused_render_is_close_in_float32():
     old, fused = pair(torch.float32)
     origins, directions = rays(300, seed=6)

@@ -138,6 +138,7 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box):
         "nerf.sample_color_weight=0.01",
         "nerf.entropy_weight=0.001",
         f"nerf.appearance={'affine' if fit_box else 'off'}",  # per-image codes captured too
+        f"nerf.jitter={str(fit_box).lower()}",  # stratified samples: their draws captured too
     )
     eager, eager_values, _ = run_steps(config, captured=False)
     graph, graph_values, runner = run_steps(config, captured=True)
@@ -171,6 +172,22 @@ def test_captured_nerf_runs_resume_and_match_eager_runs(scene, tmp_path):
     assert se["cuda_graph"] is False and sw["cuda_graph"] is True and ss["cuda_graph"] is False
     assert sw["psnr"] == pytest.approx(se["psnr"], abs=0.3)
     assert ss["psnr"] == pytest.approx(sw["psnr"], abs=0.3)
+
+
+def test_jitter_is_drawn_from_the_runs_generator(scene):
+    """nerf.jitter's shifts come from the run's generator (which a captured step replays):
+    the same seed gives the same loss, and the shifts move the samples."""
+    values, states = [], []
+    for jitter in ("false", "true", "true"):
+        config = nerf_config(scene, f"nerf.jitter={jitter}")
+        exp = NerfExperiment(config, CPU, torch.Generator().manual_seed(0), None)
+        for step in range(4):  # trained a little: an untouched grid renders alike anywhere
+            exp.begin_step(step)
+            value = eager_step(exp, SINGLE)
+        values.append(float(value))
+        states.append(exp.gen.get_state())
+    assert values[1] == values[2] and values[0] != values[1]
+    assert torch.equal(states[1], states[2]) and not torch.equal(states[0], states[1])
 
 
 def test_a_captured_runs_optimiser_resumes_op_by_op_on_the_cpu(scene):

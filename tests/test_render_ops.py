@@ -69,6 +69,27 @@ def test_march_matches_the_per_ray_reference_bitwise(device, dtype, with_occupan
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_march_rays_with_jitter_is_the_static_march(device, dtype):
+    """Stratified samples (one random shift per ray): grid.march_rays places them where
+    the native marcher does, and they move off the centres."""
+    o, d, lo, hi, _, jitter = march_inputs(200, dtype, device, seed=4)
+    occ = occupancy(device)
+    got = grid.march_rays(o, d, lo, hi, 0.07, 0.2, occ, jitter=jitter)
+    want = grid.march_rays_static(
+        o, d, lo, hi, 0.07, max_steps=1000, near=0.2, occupancy=occ, jitter=jitter
+    )
+    assert torch.equal(got.ray_indices, want.ray_indices)
+    torch.testing.assert_close(got.t, want.t)
+    torch.testing.assert_close(got.points, want.points)
+    centred = grid.march_rays(o, d, lo, hi, 0.07, 0.2, None)
+    shifted = grid.march_rays(o, d, lo, hi, 0.07, 0.2, None, jitter=jitter)
+    assert torch.equal(centred.ray_indices, shifted.ray_indices)  # the same counts
+    moved = (shifted.t - centred.t) / 0.07  # [S] jitter_r - 0.5
+    torch.testing.assert_close(moved, (jitter - 0.5)[shifted.ray_indices], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_march_with_centred_steps_is_march_rays(device, dtype):
     """jitter 0.5 and one step for every ray: bitwise the samples of grid.march_rays."""
     o, d, lo, hi, _, _ = march_inputs(200, dtype, device, seed=3)
@@ -309,6 +330,9 @@ def test_bad_inputs_name_the_argument():
         (lambda: march(o, d, lo, hi, step, max_steps=5, capacity=-2), ValueError, "capacity"),
         (lambda: march(o, d, lo, hi, step[:3], max_steps=5), ValueError, "step"),
         (lambda: march(o, d, lo, hi, 0.1, max_steps=5, jitter=jitter[:2]), ValueError, "jitter"),
+        (lambda: march(o, d, lo, hi, 0.1, max_steps=5, jitter=1.0), ValueError, "jitter"),
+        (lambda: grid.march_rays(o, d, lo, hi, 0.1, jitter=-0.1), ValueError, "jitter"),
+        (lambda: grid.march_rays(o, d, lo, hi, 0.1, jitter=jitter[:2]), ValueError, "jitter"),
         (lambda: march(o, d, lo, hi, -0.1, max_steps=5), ValueError, "step"),
         (lambda: march(o, d, lo, hi, 0.1, max_steps=5, occupancy=3), TypeError, "occupancy"),
     ]

@@ -222,6 +222,7 @@ def test_tiny_contracted_run_improves(tmp_path):
         (["nerf.far=-1"], "nerf.far"),
         (["nerf.outer_samples=-1"], "nerf.outer_samples: expected an integer >= 0"),
         (["nerf.fit_box=true"], "nerf.fit_box: not with nerf.contraction = 'sphere'"),
+        (["nerf.jitter=true"], "nerf.jitter: not with nerf.contraction = 'sphere'"),
         (["train.cuda_graph=on"], "nerf.contraction = 'sphere' samples rays with PyTorch ops"),
     ],
 )

@@ -86,6 +86,13 @@ class NerfConfig:
     hidden: int = doc("nerf: width of the colour MLP's two hidden layers.", 128)
     view_frequencies: int = doc("nerf: positional-encoding frequencies of the view direction.", 4)
     step_ratio: float = doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
+    jitter: bool = doc(
+        "nerf: stratified samples in training: each training ray's samples shift by its own "
+        "random fraction of a step (as DirectVoxGO's training rays), so a ray is not sampled "
+        "at the same depths every time it is drawn; renders of test views keep the steps' "
+        "centres. Not with a contraction.",
+        False,
+    )
     alpha_init: float = doc("nerf: alpha of an untrained voxel (sets the density shift).", 0.01)
     occupancy_threshold: float = doc(
         "nerf: empty-space skipping, voxels whose alpha (and neighbours') is below this are "
@@ -312,6 +319,11 @@ def validate_contraction(c: Config) -> None:
         raise ConfigError(f"nerf.outer_samples: expected an integer >= 0, got {n.outer_samples}")
     if n.contraction == "none":
         return
+    if n.jitter:
+        raise ConfigError(
+            f"nerf.jitter: not with nerf.contraction = '{n.contraction}' (its samples are "
+            f"spaced by grid.sample_contracted, which has no jitter yet): set one of them off"
+        )
     lo, hi = c.grid.bounds
     reach = max(max(abs(v) for v in lo), max(abs(v) for v in hi))
     if n.far <= 2 * reach:

@@ -303,7 +303,11 @@ class NerfExperiment:
         if pool is not None:
             index = pool[index]
         origins, directions, target = self.rays.take(index)  # [R, 3] each
-        out = self.model.render(origins, directions, self.background)
+        jitter = None  # stratified: drawn for the whole batch on every rank, as the index
+        if c.nerf.jitter:
+            batch = c.train.batch_size
+            jitter = torch.rand(batch, generator=self.gen, device=self.device)[self.rows]
+        out = self.model.render(origins, directions, self.background, jitter=jitter)
         self.samples = out["samples"]
         rgb, penalty = out["rgb"], 0.0
         if self.appearance is not None:  # each image's own exposure and white balance

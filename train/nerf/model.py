@@ -389,6 +389,7 @@ class VoxelNeRF(nn.Module):
         *,
         near: float = 0.0,
         exact: bool | None = None,
+        jitter: Tensor | None = None,
     ) -> dict[str, Tensor | int]:
         """Volume-render rays.
 
@@ -399,6 +400,8 @@ class VoxelNeRF(nn.Module):
             near: no samples before this distance.
             exact: fused renderer: size the buffers exactly (reads the sample counts back)
                 rather than as planned; None: as `sizing` says.
+            jitter: [R] in [0, 1), where in its step each ray's samples sit (stratified
+                sampling for training rays: `torch.rand(R)`); None: the steps' centres.
 
         Returns:
             dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
@@ -409,6 +412,8 @@ class VoxelNeRF(nn.Module):
             ray, in [0, R]: the fused renderer's padding rows have weight 0 and ray R).
         """
         if self.contraction != "none":
+            if jitter is not None:
+                raise ValueError("jitter: not with a contraction (grid.sample_contracted has none)")
             return render_contracted(self, origins, directions, near)
         if self.renderer == "fused":
             if exact is None:
@@ -416,12 +421,12 @@ class VoxelNeRF(nn.Module):
                     self.sizing == "auto" and origins.device.type == "cuda"
                 )
                 exact = not planned
-            return render_fused(self, origins, directions, background, near, exact)
+            return render_fused(self, origins, directions, background, near, exact, jitter)
         n_rays = origins.shape[0]
         lo, hi = self.occupancy_grid.bounds
         # Packed samples, sorted by ray; empty space never reaches the grids.
         ray_id, t, points = march_rays(
-            origins, directions, lo, hi, self.step_size(), near, self.occupancy_grid
+            origins, directions, lo, hi, self.step_size(), near, self.occupancy_grid, jitter
         )
         alpha = self.alpha(points, self.interval())  # [S]
         weights = composite_weights(alpha, ray_id, n_rays, check_indices=False)  # [S]

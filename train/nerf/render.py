@@ -110,10 +110,17 @@ def capacity_key(model, dtype: torch.dtype) -> tuple:
 
 
 def render_fused(
-    model, origins: Tensor, directions: Tensor, background: Tensor, near: float, exact: bool
+    model,
+    origins: Tensor,
+    directions: Tensor,
+    background: Tensor,
+    near: float,
+    exact: bool,
+    jitter: Tensor | None = None,
 ) -> dict[str, Tensor | int]:
     """`VoxelNeRF.render` with the native ops (see the model's docstring); `exact` reads the
-    sample counts back and sizes every buffer exactly (renders of test views)."""
+    sample counts back and sizes every buffer exactly (renders of test views); `jitter`
+    [R] or None as in `VoxelNeRF.render`."""
     n_rays = origins.shape[0]
     occ, capacity = model.occupancy_grid, model.capacity
     lo, hi = occ.bounds  # [3] each, on the device
@@ -127,6 +134,7 @@ def render_fused(
         model.step_size(),
         max_steps=model.max_steps(),
         near=near,
+        jitter=jitter,
         occupancy=occ,
         capacity=None if sizes is None else sizes[0],
     )
