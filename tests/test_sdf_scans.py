@@ -148,6 +148,42 @@ def test_denoised_points_lie_nearer_their_surface(tmp_path):
     assert torch.equal(on.normals, off.normals)  # the given normals stay
 
 
+def test_scatter_cap_picks_the_last_resolution_coarse_enough():
+    from train.sdf.experiment import scatter_cap
+
+    sets = ["experiment=sdf", "grid.resolution=32", "train.steps=40"]
+    sets += ["train.upsample_steps=[10,20,30]", "train.upsample_resolutions=[64,128,256]"]
+    config = load_config(None, sets)  # box [-1, 1]^3: voxels 2/127 at 128^3, 2/255 at 256^3
+    assert scatter_cap(config, 0.35 * 2 / 255) is None  # 256^3 is coarse enough
+    assert scatter_cap(config, 0.36 * 2 / 255) == (128, 128, 128)
+    assert scatter_cap(config, 0.35 * 2 / 63) == (64, 64, 64)
+    assert scatter_cap(config, 1.0) == (32, 32, 32)  # never below the start
+    assert scatter_cap(load_config(None, [*sets, "sdf.scatter_voxels=0"]), 1.0) is None
+
+
+def test_noisy_points_stop_the_grid_where_it_would_follow_the_noise(tmp_path, capsys):
+    from train.sdf.experiment import SdfExperiment
+
+    from .test_sdf import sphere_rows
+
+    rows = sphere_rows(20000)
+    rows[:, :3] += np.random.default_rng(0).normal(scale=0.005, size=(len(rows), 3))
+    path = tmp_path / "noisy.npy"
+    np.save(path, rows.astype(np.float32))
+    sets = ["experiment=sdf", "points.kind=file", f"points.path={path}", "points.denoise=32"]
+    sets += ["grid.resolution=32", "grid.init=zeros", "train.steps=40"]
+    sets += ["train.upsample_steps=[10,20]", "train.upsample_resolutions=[64,256]"]
+    cpu = torch.device("cpu")
+    exp = SdfExperiment(load_config(None, sets), cpu, torch.Generator().manual_seed(0), None)
+    assert exp.cap == (64, 64, 64)  # a 0.005 scatter is ~0.6 voxels at 256^3
+    assert "the grid stops at 64x64x64" in capsys.readouterr().err
+    exp.upsample((64, 64, 64))
+    exp.upsample((256, 256, 256))  # past the cap: skipped
+    assert exp.model.resolution == (64, 64, 64)
+    off = load_config(None, [*sets, "sdf.scatter_voxels=0"])
+    assert SdfExperiment(off, cpu, torch.Generator().manual_seed(0), None).cap is None
+
+
 # ---- the mesh: debris filter, scores, the limit -------------------------------------------
 
 
@@ -265,6 +301,7 @@ def test_the_exact_grid_sdf_of_a_mesh():
         ("sdf.keep=some", "sdf.keep"),
         ("sdf.support_ratio=0", "sdf.support_ratio"),
         ("sdf.min_island=-1", "sdf.min_island"),
+        ("sdf.scatter_voxels=-0.1", "sdf.scatter_voxels"),
         ("sdf.suport_ratio=1", "sdf.suport_ratio"),
     ],
 )

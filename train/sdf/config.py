@@ -80,7 +80,8 @@ class PointsConfig:
         "scans: scatter along the normal shrinks by about sqrt(6 / (k + 1)) (32: 0.43x); on "
         "clean points it costs detail (Chamfer 1.07-1.2x on three scans at 128^3), so "
         "leave it off there (docs/sdf.md, Noisy scans). The summary reports the scatter "
-        "measured before (`points_spread_median`, world units) and how far the points moved "
+        "measured before (`points_spread_median`, `points_spread_quartile`: the lower "
+        "quartile, world units; see `sdf.scatter_voxels`) and how far the points moved "
         "(`points_moved_median`).",
         0,
     )
@@ -118,6 +119,16 @@ class SdfConfig:
         "watertight. `false`: left open where it meets the box. Only the mesh changes; the "
         "grid is left as fitted.",
         True,
+    )
+    scatter_voxels: float = doc(
+        "sdf, with `points.denoise`: the grid is not refined past the last scheduled "
+        "resolution whose voxel is at least the points' measured scatter (the lower quartile "
+        "of their neighbourhood planes' spread, before denoising) over this: on noisy points "
+        "a finer grid follows the noise (0.2% of the box at 256^3: Chamfer 1.03-1.23x "
+        "screened Poisson's, at 128^3 0.66-0.95x; bench/NOTES.md, S1 scatter). Later "
+        "upsamples are skipped and the mesh comes from the grid reached; the run says so. "
+        "0: refine as scheduled.",
+        0.35,
     )
     support_ratio: float = doc(
         'sdf, `sdf.keep = "supported"`: how much farther from the points than the mesh '
@@ -170,6 +181,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     choice(s.surface_units, ("world", "voxel"), "sdf.surface_units")
     choice(s.keep, KEEP, "sdf.keep")
     positive(s.support_ratio, "sdf.support_ratio")
+    if not s.scatter_voxels >= 0:
+        raise ConfigError(f"sdf.scatter_voxels: expected a number >= 0, got {s.scatter_voxels}")
     if s.min_island < 0:
         raise ConfigError(f"sdf.min_island: expected an integer >= 0, got {s.min_island!r}")
     if c.grid.backend != "native":

@@ -64,6 +64,20 @@ def final_resolution(config: Config) -> tuple[int, int, int]:
     return as_resolution(res[-1] if res else config.grid.resolution, "grid.resolution")
 
 
+def scatter_cap(config: Config, spread: float) -> tuple[int, int, int] | None:
+    """The finest resolution of the schedule (the start included) whose voxel is at least
+    `spread` / sdf.scatter_voxels, or None when that is the final one (or the cap is off)."""
+    ratio, t = config.sdf.scatter_voxels, config.train
+    if not ratio:
+        return None
+    bounds = config.grid.bounds
+    stages = [config.grid.resolution, *t.upsample_resolutions]
+    sizes = [as_resolution(r, "train.upsample_resolutions") for r in stages]
+    kept = [r for r in sizes if spread <= ratio * voxel_size(r, bounds)]
+    cap = kept[-1] if kept else sizes[0]
+    return None if cap == sizes[-1] else cap
+
+
 def load_points(config: Config, device: torch.device | None = None) -> PointCloud:
     """The oriented points of `[points]` (on `device`, default the CPU): drawn on the
     shape or read from the file, refused (naming the key or the file) when any lies
@@ -82,6 +96,7 @@ def load_points(config: Config, device: torch.device | None = None) -> PointClou
         moved, spread = project_to_surfaces(cloud.points, knn(cloud.points, p.denoise)[0])
         shift = (moved - cloud.points).norm(dim=1)
         report = {"points_spread_median": spread.median().item()}
+        report["points_spread_quartile"] = spread.quantile(0.25).item()
         report["points_moved_median"] = shift.median().item()
         cloud = PointCloud(moved, cloud.normals, {**(cloud.report or {}), **report})
     if estimate:
@@ -233,6 +248,19 @@ class SdfExperiment(GridSchedule):
                 file=sys.stderr,
             )
         res = final_resolution(c)
+        spread = (self.cloud.report or {}).get("points_spread_quartile")
+        self.cap = None if spread is None else scatter_cap(c, spread)
+        if self.cap is not None:
+            if world.is_main:
+                print(
+                    f"note: the points scatter {spread:.2e} (lower quartile of their "
+                    f"neighbourhood planes' spread), {spread / voxel_size(res, c.grid.bounds):.2f}"
+                    f" voxels at {'x'.join(map(str, res))}: the grid stops at "
+                    f"{'x'.join(map(str, self.cap))}, where it does not follow the noise "
+                    f"(sdf.scatter_voxels = {c.sdf.scatter_voxels:g}; 0 refines as scheduled)",
+                    file=sys.stderr,
+                )
+            res = self.cap
         self.points_per_voxel = points_per_voxel(self.cloud.points, res, c.grid.bounds)
         if self.points_per_voxel < SPARSE_POINTS and world.is_main:
             print(
@@ -291,6 +319,11 @@ class SdfExperiment(GridSchedule):
         self.step = step  # what evaluate() caches on
         super().begin_step(step)
 
+    def upsample(self, resolution: tuple[int, int, int]) -> None:
+        """To the schedule's next resolution, unless past the points' scatter cap."""
+        if self.cap is None or all(a <= b for a, b in zip(resolution, self.cap, strict=True)):
+            super().upsample(resolution)
+
     def progress(self, loss: float) -> dict[str, str]:
         surface, normal, eikonal = self.bar_terms.read(self.terms)
         return {
@@ -339,6 +372,7 @@ class SdfExperiment(GridSchedule):
             "box_size": e.box_size,
             "interpolation": self.interpolation,
             "resolution": list(self.model.resolution),
+            "scatter_cap": None if self.cap is None else list(self.cap),  # sdf.scatter_voxels
             "parameters": self.model.features.numel(),
             "batch_size": c.train.batch_size,
             "eikonal_points": c.train.eikonal_points,
