@@ -3,8 +3,8 @@ decided on the mean over scenes, not on the one scene it was tuned on.
 
     python bench/bench_scenes.py --meshes DIR [--scenes a,b] [--config FILE] [--out DIR]
         [--data DIR] [--set KEY=VALUE ...] [--size N] [--label NAME] [--generate-only |
-        --ours-only | --dvgo-only]
-        [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F]
+        --ours-only | --dvgo-only | --gsplat-only]
+        [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F] [--gsplat-steps N]
 
 The scenes (SCENES): the realistic scene (`data.scene = "realistic"`, the one the configs
 were tuned on) and scanned meshes in several looks (`data.scene = "scan"`,
@@ -26,6 +26,8 @@ seconds, peak memory; ours against DirectVoxGO: the end's difference, PSNR at it
 time, and when ours first reaches its PSNR as a fraction of its time), then each system's
 means and how many scenes it is below DirectVoxGO on.
 --generate-only generates the scenes and records their generation seconds.
+--gsplat-only trains Gaussian splatting instead (bench/gsplat_scene.py, gsplat's rasterizer
+in a program of its own; the system `gsplat` in the table, the upper anchor).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -291,6 +294,9 @@ def one_scene(row: tuple, args, device: torch.device, entry: dict, dvgo_dir: Pat
     print(f"bench_scenes: {name} ready in {seconds:.1f} s ({scene})", flush=True)
     if args.generate_only:
         return
+    if args.gsplat_only:
+        entry["gsplat"] = run_gsplat(scene, Path(args.work) / name / "gsplat", args.gsplat_steps)
+        return
     if not args.ours_only:
         cached = Path(args.dvgo_log) / f"{name}.log" if args.dvgo_log else None
         if cached is not None and cached.is_file():
@@ -306,6 +312,16 @@ def one_scene(row: tuple, args, device: torch.device, entry: dict, dvgo_dir: Pat
         config = load_config(args.config, [*sets, *quiet])
         run_dir = Path(args.work) / name / args.label
         entry[args.label] = ours_result(run_ours(config, run_dir, device))
+
+
+def run_gsplat(scene: Path, work: Path, steps: int) -> dict[str, Any]:
+    """bench/gsplat_scene.py on `scene` as a program of its own (its output on ours); its
+    numbers (gsplat.json). BenchError when it fails."""
+    script = Path(__file__).resolve().parent / "gsplat_scene.py"
+    command = [sys.executable, str(script), str(scene), "--out", str(work)]
+    if subprocess.run([*command, "--steps", str(steps)]).returncode != 0:
+        raise BenchError(f"gsplat on {scene}: bench/gsplat_scene.py failed (its output above)")
+    return json.loads((work / "gsplat.json").read_text())
 
 
 def parse_args(argv=None):
@@ -325,6 +341,8 @@ def parse_args(argv=None):
     parser.add_argument("--dvgo", default=None, help="DirectVoxGO folder (default: $DVGO_DIR)")
     parser.add_argument("--dvgo-log", default=None, help="folder of <scene>.log outputs")
     parser.add_argument("--dvgo-iters", default=None, metavar="C,F", help="a quick check")
+    parser.add_argument("--gsplat-only", action="store_true", help="Gaussian splatting alone")
+    parser.add_argument("--gsplat-steps", type=int, default=30000, help="its training steps")
     return parser.parse_args(argv)
 
 
@@ -343,7 +361,7 @@ def main(argv=None, train=one_scene) -> int:
     try:
         check_label(args.label)
         rows = pick(args.scenes)
-        needs_dvgo = not (args.ours_only or args.generate_only)
+        needs_dvgo = not (args.ours_only or args.generate_only or args.gsplat_only)
         dvgo_dir = find_dvgo(args.dvgo) if needs_dvgo and not _all_cached(args, rows) else None
         device = select_device(load_config(args.config, ["output.progress=false"]).device)
         if device.type == "cuda":
@@ -364,7 +382,7 @@ def main(argv=None, train=one_scene) -> int:
 
 def check_label(label: str) -> None:
     """--label names a system in the table: a word, not DirectVoxGO's nor a scene field."""
-    taken = ("dvgo", "mesh", "look", "size", "generate_seconds")
+    taken = ("dvgo", "gsplat", "mesh", "look", "size", "generate_seconds")
     if not label.replace("_", "").replace("-", "").isalnum() or label in taken:
         raise BenchError(
             f"--label: expected a word of letters, digits, - or _ other than "

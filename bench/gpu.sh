@@ -468,11 +468,13 @@ fi
 # `scenes-wait` waits again, on the same warm machine, until it prints "pool exited".
 #   bash bench/gpu.sh scenes-pool --run fast --run "quality: train.steps=60000" ...
 # Each call copies the table so far (scenes.md, scenes.json), the pool's log and the jobs'
-# logs (logs.tgz) to $OUT/scenes.
+# logs (logs.tgz) to $OUT/scenes. With --gsplat, gsplat comes from GSPLAT_WHEELS (no download).
 if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
   pool=bench/results/scenes_pool
   mkdir -p "$pool" "$OUT/scenes"
   if [ "$what" = scenes-pool ]; then
+    [[ " $* " == *" --gsplat "* ]] && ! python3 -c "import gsplat" 2>/dev/null && python3 -m pip \
+      install -q --no-index --find-links "${GSPLAT_WHEELS:-.anchors/gsplat_wheels}" gsplat 2>&1 | tail -n 3
     rm -f "$pool/pool.rc"
     args=$(printf '%q ' "$@")
     setsid nohup sh -c "python3 bench/scenes_pool.py --meshes ${SCENE_MESHES:-.anchors/thin} \

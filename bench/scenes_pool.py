@@ -2,27 +2,28 @@
 ours' configs trained on each, one job per GPU at a time, into one table.
 
     python bench/scenes_pool.py --meshes DIR [--scenes a,b] [--dvgo DIR] [--no-dvgo]
-        [--run "LABEL[@CONFIG]: KEY=VALUE ..."]... [--gpus N] [--per-gpu K] [--out DIR]
-        [--work DIR] [--data DIR] [--size N]
+        [--run "LABEL[@CONFIG]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]] [--gpus N]
+        [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
 
 Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
 (unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
 other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then each --run
 on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
-the KEY=VALUE are --set options). A free GPU takes the first job whose scene is generated
-(and, for DirectVoxGO, whose build is done): each job is one `bench_scenes.py` process with
-CUDA_VISIBLE_DEVICES set to its GPU, its output in --work/logs/<job>.log, its numbers in
---work/jobs/<job>/scenes.json. After every job the numbers of all finished jobs are merged
-into --out/scenes.json and scenes.md (bench_scenes.py's table), so a pool cut short keeps
-what finished, and a later pool with the same --work keeps the jobs that wrote their
-scenes.json instead of running them again. `--per-gpu K` runs K jobs at once on each GPU
-(for quality comparisons at equal steps on a host with few GPUs: their seconds are then
-not each job's alone). The scenes are generated with the first --run's
-config (every run must describe the same scenes). Jobs on different GPUs share the host's
-CPUs: a job's seconds are its own GPU's with the other GPUs busy as well (the table says how
-many GPUs ran); DirectVoxGO, whose steps wait on Python, measured 198 s on the bunny here
-against 162 s alone on one H200. A failed generation skips its scene's other jobs; the exit
-status is 1 when any job failed or was skipped.
+the KEY=VALUE are --set options), then with --gsplat Gaussian splatting on each scene
+(bench/gsplat_scene.py; gsplat's kernels are JIT-built first, on the CPU, as DirectVoxGO's).
+A free GPU takes the first job whose scene is generated (and whose build is done): each
+job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU, its output
+in --work/logs/<job>.log, its numbers in --work/jobs/<job>/scenes.json. After every job the
+numbers of all finished jobs are merged into --out/scenes.json and scenes.md
+(bench_scenes.py's table), so a pool cut short keeps what finished, and a later pool with
+the same --work keeps the jobs that wrote their scenes.json instead of running them again.
+`--per-gpu K` runs K jobs at once on each GPU (for quality comparisons at equal steps on a
+host with few GPUs: their seconds are then not each job's alone). The scenes are generated
+with the first --run's config (every run must describe the same scenes). Jobs on different
+GPUs share the host's CPUs: a job's seconds are its own GPU's with the other GPUs busy as
+well (the table says how many GPUs ran); DirectVoxGO, whose steps wait on Python, measured
+198 s on the bunny here against 162 s alone on one H200. A failed generation skips its
+scene's other jobs; the exit status is 1 when any job failed or was skipped.
 """
 
 from __future__ import annotations
@@ -89,6 +90,17 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "needs": [f"gen_{r[0]}"],
                 }
             )
+    if args.gsplat:
+        for r in largest:
+            extra = ["--gsplat-only", "--gsplat-steps", str(args.gsplat_steps)]
+            extra += ["--work", str(args.work / "gsplat_work")]
+            jobs.append(
+                {
+                    "name": f"gsplat_{r[0]}",
+                    "args": ["--scenes", r[0], *extra],
+                    "needs": [f"gen_{r[0]}", "gsplat_build"],
+                }
+            )
     for job in jobs:  # absolute: DirectVoxGO runs in its own folder
         job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
     return jobs
@@ -99,6 +111,13 @@ def start_build(dvgo: Path, log: Path) -> subprocess.Popen:
     code = "import sys; sys.path[:0] = ['shim', '.']\nfrom lib import utils, dvgo, dcvgo, dmpigo"
     with log.open("w") as out:
         return subprocess.Popen([sys.executable, "-c", code], cwd=dvgo, stdout=out, stderr=out)
+
+
+def start_gsplat_build(log: Path) -> subprocess.Popen:
+    """gsplat's CUDA extension JIT-built (its first import of the kernels)."""
+    code = "from gsplat.cuda._backend import _C\nassert _C is not None, 'no gsplat kernels'"
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=out)
 
 
 def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
@@ -120,21 +139,24 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     done: dict[str, int] = {}  # job -> exit status
     running: dict[int, tuple] = {}  # slot -> (job, process, its log, start); GPU slot % gpus
-    build = None
+    builds: dict[str, tuple] = {}  # name -> (process, start): built on the CPU meanwhile
     if any(j["name"].startswith("dvgo_") for j in jobs):
-        build = start_build(args.dvgo, args.work / "logs" / "dvgo_build.log")
-        build_start = time.perf_counter()
+        log = args.work / "logs" / "dvgo_build.log"
+        builds["dvgo_build"] = (start_build(args.dvgo, log), time.perf_counter())
+    if any(j["name"].startswith("gsplat_") for j in jobs):
+        log = args.work / "logs" / "gsplat_build.log"
+        builds["gsplat_build"] = (start_gsplat_build(log), time.perf_counter())
     finished = [
         j["name"] for j in jobs if (args.work / "jobs" / j["name"] / "scenes.json").is_file()
     ]
     done.update((name, 0) for name in finished)  # an earlier pool's: kept, not run again
     waiting = [j for j in jobs if j["name"] not in finished]
     while waiting or running:
-        if build is not None and build.poll() is not None:
-            done["dvgo_build"] = build.returncode
-            seconds = time.perf_counter() - build_start
-            say(f"dvgo_build exited {build.returncode} after {seconds:.0f} s")
-            build = None
+        for name, (build, start) in list(builds.items()):
+            if build.poll() is not None:
+                done[name] = build.returncode
+                say(f"{name} exited {build.returncode} after {time.perf_counter() - start:.0f} s")
+                del builds[name]
         for slot, (job, process, log, start) in list(running.items()):
             if process.poll() is None:
                 continue
@@ -188,6 +210,8 @@ def parse_args(argv=None):
         "--dvgo", type=Path, default=os.environ.get("DVGO_DIR", ROOT / ".anchors/dvgo")
     )
     parser.add_argument("--no-dvgo", action="store_true", help="ours' runs only")
+    parser.add_argument("--gsplat", action="store_true", help="Gaussian splatting on each too")
+    parser.add_argument("--gsplat-steps", type=int, default=30000)
     parser.add_argument(
         "--run", action="append", default=[], help='"LABEL[@CONFIG]: KEY=VALUE ..."'
     )
@@ -213,6 +237,8 @@ def main(argv=None) -> int:
         gpus = args.gpus if args.gpus is not None else torch.cuda.device_count()
         if gpus < 1:
             raise BenchError(f"--gpus: expected at least 1 (CUDA devices here: {gpus})")
+        if args.gsplat_steps < 1:
+            raise BenchError(f"--gsplat-steps: expected at least 1, got {args.gsplat_steps}")
         if args.per_gpu < 1:
             raise BenchError(f"--per-gpu: expected at least 1, got {args.per_gpu}")
         name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"

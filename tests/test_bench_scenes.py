@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -141,3 +142,10 @@ def test_main_accumulates_over_calls(tmp_path):
     # DirectVoxGO asked for but not given: one line, exit 2
     code = bench_scenes.main(["--scenes", "realistic", "--out", str(out)], train=fake)
     assert code == 2 and len(calls) == 3
+
+
+def test_gsplat_runs_as_a_program_of_its_own_and_its_failure_is_one_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU it would train")
+    with pytest.raises(bench_scenes.BenchError, match="gsplat on .*: bench/gsplat_scene.py failed"):
+        bench_scenes.run_gsplat(tmp_path, tmp_path / "work", 5)

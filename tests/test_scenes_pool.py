@@ -138,3 +138,20 @@ def test_per_gpu_below_one_is_refused(tmp_path, capsys):
         == 2
     )
     assert "--per-gpu: expected at least 1, got 0" in capsys.readouterr().err
+
+
+def test_gsplat_jobs_wait_for_their_build_and_are_skipped_when_it_fails(tmp_path, monkeypatch):
+    args = _args(tmp_path, "--no-dvgo", "--gsplat", "--gsplat-steps", "7")
+    jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic"))
+    assert [j["name"] for j in jobs] == ["gen_realistic", "gsplat_realistic"]
+    assert jobs[1]["needs"] == ["gen_realistic", "gsplat_build"]
+    command = jobs[1]["command"]
+    assert command[command.index("--gsplat-steps") + 1] == "7" and "--gsplat-only" in command
+    jobs[0]["command"] = _stand_in(args.work / "jobs" / "gen_realistic", "realistic", "gen", False)
+    failing = [sys.executable, "-c", "raise SystemExit(1)"]  # as gsplat missing: exit 1
+    monkeypatch.setattr(
+        scenes_pool, "start_gsplat_build", lambda log: scenes_pool.subprocess.Popen(failing)
+    )
+    meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
+    assert scenes_pool.run_pool(args, jobs, 1, meta) == 1
+    assert not (args.work / "jobs" / "gsplat_realistic").exists()  # skipped, never started
