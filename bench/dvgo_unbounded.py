@@ -2,7 +2,8 @@
 PSNR and SSIM against training seconds, at DirectVoxGO's end and at equal time, peak memory.
 
     python bench/dvgo_unbounded.py --dvgo DIR [--config configs/nerf_unbounded_gpu.toml]
-        [--out DIR] [--work DIR] [--ours-steps N | --ours-rate STEPS_PER_S]
+        [--setting unbounded | llff] [--out DIR] [--work DIR]
+        [--ours-steps N | --ours-rate STEPS_PER_S]
         [--dvgo-only | --dvgo-log FILE] [--set KEY=VALUE ...] [--dvgo-iters N]
         [--detach | --wait SECONDS]
 
@@ -19,6 +20,10 @@ PSNR and SSIM against training seconds, at DirectVoxGO's end and at equal time, 
    plain PyTorch, imageio's PNG reader), in a subprocess, its output in --work/dvgo.log. Its
    8-bit test renders are scored again here (`train.metrics`) against our test images.
    --dvgo-only stops there; --dvgo-log reuses such an output (and its renders, if still there).
+   `--setting llff` (with --config configs/nerf_forward_gpu.toml, the forward-facing scene)
+   trains DirectVoxGO's LLFF setting instead (`configs/llff/llff_default.py`: NDC rays, a
+   256^3 multi-plane grid, 30000 iterations of 4096 rays), the comparison issue 32 asks for
+   forward-facing captures.
 4. Ours: --config trained for `train.steps` such that training ends near DirectVoxGO's
    training time T (--ours-steps, or T x --ours-rate), evaluated at T/2 and T
    (`eval.seconds`) and every steps/10; peak memory as bench/bench_dvgo.py measures it.
@@ -69,30 +74,45 @@ from train.nerf.experiment import ensure_scene
 # A guess, not a measurement: the unbounded scene ran 136 steps/s on an H100 at 128^3 with a
 # 32-wide MLP and 1-voxel steps (bench/NOTES.md U1); this config's grids and MLP are larger.
 DEFAULT_RATE = 80.0
-BASE = "configs/nerf_unbounded/nerf_unbounded_default.py"  # DirectVoxGO's v2 unbounded setting
+#: --setting -> DirectVoxGO's own config for it: v2's unbounded default (a contracted grid),
+#: or its LLFF default for forward-facing captures (NDC rays, a multi-plane grid; its
+#: width/height pick a resized copy made with mogrify: None reads `images/` as written).
+SETTINGS = {
+    "unbounded": ("configs/nerf_unbounded/nerf_unbounded_default.py", ""),
+    "llff": ("configs/llff/llff_default.py", "width=None, height=None, "),
+}
 STILL_RUNNING = 3
 
 
 # ---- DirectVoxGO ---------------------------------------------------------------------------
 
 
-def write_unbounded_config(work: Path, dvgo: Path, llff: Path, iters: int | None = None) -> Path:
-    """A DirectVoxGO config in `work`: its v2 unbounded defaults on the LLFF folder `llff`,
-    read at full size (factor 1: `images/` itself, no downscaled copy made with mogrify).
-    `iters` shortens its 40000 iterations (a quick check of the setup), the progressive
-    scaling and total-variation schedule at the same fractions."""
+def write_unbounded_config(
+    work: Path, dvgo: Path, llff: Path, iters: int | None = None, setting: str = "unbounded"
+) -> Path:
+    """A DirectVoxGO config in `work`: its defaults for `setting` (SETTINGS) on the LLFF
+    folder `llff`, read at full size (factor 1: `images/` itself, no downscaled copy made
+    with mogrify). `iters` shortens its iterations (40000 unbounded, 30000 LLFF; a quick
+    check of the setup), the progressive scaling and total-variation schedule at the same
+    fractions."""
+    base, size = SETTINGS[setting]
     path = work / "dvgo_config.py"
     text = (
-        f"_base_ = {str(dvgo / BASE)!r}\n"
-        "expname = 'bench_unbounded'\n"
+        f"_base_ = {str(dvgo / base)!r}\n"
+        f"expname = 'bench_{setting}'\n"
         f"basedir = {str(work / 'dvgo_logs')!r}\n"
-        f"data = dict(datadir={str(llff)!r}, factor=1)\n"
+        f"data = dict(datadir={str(llff)!r}, {size}factor=1)\n"
     )
-    if iters:
+    if iters and setting == "unbounded":
         scales = [iters * k // 20 for k in range(1, 9)]  # its 2000, ..., 16000 of 40000
         text += (
             f"fine_train = dict(N_iters={iters}, pg_scale={scales}, "
             f"tv_before={iters // 2}, tv_dense_before={iters // 2})\n"
+        )
+    elif iters:
+        scales = [iters * k // 15 for k in range(1, 5)]  # its 2000, ..., 8000 of 30000
+        text += (
+            f"fine_train = dict(N_iters={iters}, pg_scale={scales}, tv_dense_before={iters // 3})\n"
         )
     path.write_text(text)
     return path
@@ -119,7 +139,7 @@ def dvgo_side(args, scene: Path, work: Path, out: Path) -> tuple[dict, dict | No
             f"{info['near_min']:.3f}, far <= {info['far_max']:.1f}",
             flush=True,
         )
-        config = write_unbounded_config(work, dvgo_dir, llff, args.dvgo_iters)
+        config = write_unbounded_config(work, dvgo_dir, llff, args.dvgo_iters, args.setting)
         text = run_dvgo(dvgo_dir, config, work / "dvgo.log")
     (out / "dvgo.log").write_text(text)
     dvgo = parse_dvgo_log(text)
@@ -280,6 +300,12 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--dvgo-iters", type=int, default=None, help="DirectVoxGO's iterations (its 40000)"
+    )
+    parser.add_argument(
+        "--setting",
+        choices=sorted(SETTINGS),
+        default="unbounded",
+        help="DirectVoxGO's setting: unbounded (v2, contracted) or llff (forward-facing, NDC)",
     )
     parser.add_argument("--ours-steps", type=int, default=None, help="ours' train.steps")
     parser.add_argument(

@@ -29,7 +29,8 @@
 # /tmp/own/dvgo.log` ($OUT/dvgo/dvgo_grid.md). Run DirectVoxGO only through this script: its
 # TORCH_EXTENSIONS_DIR and TORCH_CUDA_ARCH_LIST are what dvgo-build compiled with, and other
 # values recompile its extensions (minutes).
-#   bash bench/gpu.sh dvgo --scene unbounded [extra bench/dvgo_unbounded.py arguments...]
+#   bash bench/gpu.sh dvgo --scene unbounded|forward [extra bench/dvgo_unbounded.py arguments...]
+# (`forward`: --setting llff, DirectVoxGO's NDC setting, on configs/nerf_forward_gpu.toml's scene.)
 # `dvgo --scene unbounded`: bench/dvgo_unbounded.py: the unbounded scene
 # (configs/nerf_unbounded_gpu.toml: 400x400, 175 training and 25 test views), written in
 # LLFF's layout (bench/dvgo_llff.py: the views interleaved so that llffhold = 8 holds out
@@ -270,9 +271,13 @@ if [ "$what" = dvgo ]; then
   mkdir -p "$OUT/dvgo"
   script=bench/bench_dvgo.py
   if [ "${1:-}" = --scene ]; then  # the bounded scene is bench_dvgo.py's own
-    [ "${2:-}" = unbounded ] || { echo "dvgo: --scene takes unbounded, got '${2:-}'"; exit 2; }
+    case "${2:-}" in
+      unbounded) set -- "${@:3}" ;;
+      forward) set -- --setting llff --config configs/nerf_forward_gpu.toml \
+        --work bench/results/dvgo_forward_work "${@:3}" ;;
+      *) echo "dvgo: --scene takes unbounded or forward, got '${2:-}'"; exit 2 ;;
+    esac
     script=bench/dvgo_unbounded.py
-    shift 2
   fi
   python3 "$script" --dvgo "${DVGO_DIR:-.anchors/dvgo}" --out "$OUT/dvgo" "$@" 2>&1 \
     | tee "$OUT/dvgo/$(basename "$script" .py).log" | grep -v "^  " | tail -n 40

@@ -123,6 +123,24 @@ def test_config_text(tmp_path):
     }
 
 
+def test_llff_setting_config_text(tmp_path):
+    dvgo = tmp_path / "dvgo"
+    llff = tmp_path / "llff"
+    path = dvgo_unbounded.write_unbounded_config(tmp_path, dvgo, llff, setting="llff")
+    ns: dict = {}
+    exec(path.read_text(), ns)
+    assert ns["_base_"] == str(dvgo / "configs/llff/llff_default.py")
+    assert ns["data"] == {"datadir": str(llff), "width": None, "height": None, "factor": 1}
+    quick = dvgo_unbounded.write_unbounded_config(tmp_path, dvgo, llff, 3000, setting="llff")
+    ns = {}
+    exec(quick.read_text(), ns)
+    assert ns["fine_train"] == {
+        "N_iters": 3000,
+        "pg_scale": [200, 400, 600, 800],
+        "tv_dense_before": 1000,
+    }
+
+
 LOADER = """
 import json, sys, types
 sys.path[:0] = ["shim", "."]
@@ -185,3 +203,22 @@ def test_directvoxgos_loader_reads_the_folder(scene, llff, tmp_path):
     scale = np.linalg.norm(np.diff(theirs[:2, :3, 3], axis=0))
     scale /= np.linalg.norm(np.diff(truth[:2, :3, 3], axis=0))
     assert got["near_clip"] == pytest.approx(0.9 * bounds.min() * scale, rel=1e-4)
+
+
+@pytest.mark.skipif(not (ANCHOR / "run_dvgo.py").is_file(), reason="no DirectVoxGO anchor copy")
+def test_directvoxgos_llff_setting_reads_the_folder_as_written(llff, tmp_path):
+    config = dvgo_unbounded.write_unbounded_config(tmp_path, ANCHOR, llff, setting="llff")
+    code = LOADER.replace("BENCH", repr(str(ROOT / "bench"))).replace("CONFIG", repr(str(config)))
+    code = code.replace('"unbounded_inward", ', '"ndc", ')
+    code = code.replace('float(d["near_clip"])', 'd["near_clip"]')  # None with NDC rays
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ANCHOR, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "mogrify" not in done.stdout  # width/height None, factor 1: images/ itself
+    assert got["data"]["ndc"] is True and got["data"]["factor"] == 1
+    assert got["fine_train"] == {"N_iters": 30000, "N_rand": 4096, "weight_distortion": 0.01}
+    assert got["num_voxels"] == 256**3 and got["coarse_iters"] == 0
+    assert got["i_test"] == [0, 8] and got["HW"][0] == [24, 24]
+    assert (got["near"], got["far"], got["near_clip"]) == (0.0, 1.0, None)  # NDC's [0, 1]
