@@ -302,6 +302,7 @@ def test_the_exact_grid_sdf_of_a_mesh():
         ("sdf.support_ratio=0", "sdf.support_ratio"),
         ("sdf.min_island=-1", "sdf.min_island"),
         ("sdf.scatter_voxels=-0.1", "sdf.scatter_voxels"),
+        ("sdf.relax=-1", "sdf.relax"),
         ("sdf.suport_ratio=1", "sdf.suport_ratio"),
     ],
 )

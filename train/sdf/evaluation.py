@@ -99,7 +99,7 @@ class Evaluation:
         # sdf.keep = "supported": components away from the input points are dropped
         self.keep = c.sdf.keep
         self.support_ratio = c.sdf.support_ratio
-        self.min_island, self.close = c.sdf.min_island, c.sdf.close
+        self.min_island, self.close, self.relax = c.sdf.min_island, c.sdf.close, c.sdf.relax
         self.inputs = cloud.points.double().cpu().numpy()
         gen = torch.Generator().manual_seed(c.eval.seed)
         if p.kind == "file":
@@ -150,7 +150,7 @@ class Evaluation:
         """Extract the mesh (kept in `self.mesh`) and its Chamfer distances (None when
         the field has no zero level set)."""
         start = time.perf_counter()
-        mesh = zero_level_set(model, interpolation, self.min_island, self.close)
+        mesh = zero_level_set(model, interpolation, self.min_island, self.close, self.relax)
         pieces = face_components(mesh.faces, len(mesh.vertices))
         removed = {"mesh_components": len(pieces[1])}
         if self.keep == "supported":

@@ -4,7 +4,9 @@ Marching cubes is the library's (`grid.marching_cubes`, tensor ops on the grid's
 It runs on the grid's own voxel values, so every mesh vertex lies on a voxel edge, where
 the grid's field is one-dimensional: the vertex is placed at the zero of the grid's own
 interpolation along the edge (linear or smoothstep), exactly on the field's zero level
-set. Between the vertices the triangles are flat, the field's zero set is not.
+set. Between the vertices the triangles are flat, the field's zero set is not, and
+marching cubes makes many thin triangles whose faces tilt off the surface; `relax` rounds
+(`relax_vertices`) even them out along the surface and put the vertices back on the zero set.
 
 Distances use scipy's k-d tree (scipy comes with scikit-image) and are exact:
 `distance_to_mesh` finds the nearest point on the triangles, not the nearest vertex.
@@ -38,14 +40,19 @@ class Mesh:
 
 
 def zero_level_set(
-    model: VoxelGrid, interpolation: str, min_island: int = 0, close: bool = False
+    model: VoxelGrid,
+    interpolation: str,
+    min_island: int = 0,
+    close: bool = False,
+    relax: int = 0,
 ) -> Mesh:
     """The zero level set of channel 0 of `model` by marching cubes over its voxels
     (`grid.marching_cubes`, on the grid's device), in world coordinates, with normals
     from the field's gradient (outward, towards f > 0). Empty when the field does not
     change sign. `min_island` > 0: sign islands of fewer voxels are filled first
     (`fill_sign_islands`). `close`: the outermost voxels count as outside (|f|), so that
-    the surface closes along the box's faces instead of ending open there."""
+    the surface closes along the box's faces instead of ending open there. `relax`:
+    rounds of `relax_vertices` on the field meshed (after the two changes above)."""
     values = model.features[..., 0].detach().float()  # [X, Y, Z]
     if min_island > 0:
         values = fill_sign_islands(values, min_island)
@@ -58,8 +65,60 @@ def zero_level_set(
     if not (values.min() < 0 < values.max()):
         return Mesh.empty()
     vertices, faces = marching_cubes(values, 0.0, interpolation, bounds=model.bounds)
+    if relax > 0:
+        shape, bounds = tuple(values.shape), model.bounds.tolist()
+        kind = {"padding": "border", "interpolation": interpolation, "device": values.device}
+        field = VoxelGrid(shape, 1, bounds, init="zeros", **kind)
+        with torch.no_grad():
+            field.features.copy_(values[..., None])
+        vertices = relax_vertices(field, vertices.float(), faces, relax)
     vertices = vertices.double().cpu().numpy()
     return Mesh(vertices, faces.cpu().numpy(), field_normals(model, vertices))
+
+
+def relax_vertices(
+    field: VoxelGrid, vertices: Tensor, faces: Tensor, rounds: int, step: float = 0.5
+) -> Tensor:
+    """Mesh vertices [V, 3] on the zero level set of channel 0 of `field` (faces [T, 3],
+    on its device), evened out `rounds` times: each vertex moves `step` of the way to the
+    mean of its neighbours, along the surface only (the move's part along the field's
+    gradient removed), then two Newton steps along the gradient, each at most one voxel,
+    put it back on the zero set. Marching cubes' thin triangles become even ones whose
+    faces follow the surface better (armadillo at 128^3, two rounds: Chamfer -7%, normal
+    consistency 0.971 -> 0.976; bench/NOTES.md, S1 relaxed meshes)."""
+    i, j, k = faces.reshape(-1), faces.roll(1, 1).reshape(-1), faces.roll(-1, 1).reshape(-1)
+    count = torch.zeros(len(vertices), device=vertices.device).index_add_(
+        0, i, torch.ones_like(i, dtype=vertices.dtype)
+    )
+    lo, hi = field.bounds
+    voxel = ((hi - lo) / (torch.tensor(field.resolution, device=lo.device) - 1)).min()
+    for _ in range(rounds):
+        value, gradient = _value_and_gradient(field, vertices)
+        normal = gradient / gradient.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        total = torch.zeros_like(vertices).index_add_(0, i, vertices[j] + vertices[k])
+        move = total / (2 * count.clamp_min(1))[:, None] - vertices
+        move = move - (move * normal).sum(1, keepdim=True) * normal
+        vertices = vertices + step * move * (count > 0)[:, None]
+        for _ in range(2):
+            value, gradient = _value_and_gradient(field, vertices)
+            newton = value / (gradient * gradient).sum(1).clamp_min(1e-12)
+            shift = newton[:, None] * gradient
+            length = shift.norm(dim=1, keepdim=True)
+            vertices = vertices - shift * (voxel / length.clamp_min(voxel)).clamp_max(1)
+    return vertices
+
+
+def _value_and_gradient(field: VoxelGrid, points: Tensor, chunk: int = 1 << 18):
+    """Channel 0 of `field` at points [N, 3] and its gradient: ([N], [N, 3])."""
+    values, gradients = [], []
+    for part in points.split(chunk):
+        x = part.detach().requires_grad_(True)
+        with torch.enable_grad():
+            v = field(x)[..., 0]
+            (g,) = torch.autograd.grad(v.sum(), x)
+        values.append(v.detach())
+        gradients.append(g)
+    return torch.cat(values), torch.cat(gradients)
 
 
 def fill_sign_islands(values: Tensor, min_voxels: int) -> Tensor:
