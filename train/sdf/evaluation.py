@@ -42,27 +42,13 @@ from .mesh import (
     distance_to_mesh,
     distance_to_points,
     face_components,
+    field_and_gradient,
     supported_components,
     zero_level_set,
 )
 from .points import PointCloud, exact_sdf, sample_surface, shape_params
 
 CHUNK = 1 << 16
-
-
-def field_and_gradient(model: VoxelGrid, points: Tensor) -> tuple[Tensor, Tensor]:
-    """f [N] and grad f [N, 3] of channel 0 of `model` at points [N, 3], no graph kept."""
-    values, gradients = [], []
-    for part in points.split(CHUNK):
-        x = part.detach().requires_grad_(True)
-        with torch.enable_grad():
-            f = model(x)[..., 0]
-            (g,) = torch.autograd.grad(f.sum(), x)
-        values.append(f.detach())
-        gradients.append(g)
-    if not values:
-        return points.new_zeros(0), points.new_zeros(0, 3)
-    return torch.cat(values), torch.cat(gradients)
 
 
 def angle_degrees(g: Tensor, n: Tensor) -> Tensor:

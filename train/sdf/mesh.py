@@ -93,14 +93,14 @@ def relax_vertices(
     lo, hi = field.bounds
     voxel = ((hi - lo) / (torch.tensor(field.resolution, device=lo.device) - 1)).min()
     for _ in range(rounds):
-        value, gradient = _value_and_gradient(field, vertices)
+        value, gradient = field_and_gradient(field, vertices)
         normal = gradient / gradient.norm(dim=1, keepdim=True).clamp_min(1e-12)
         total = torch.zeros_like(vertices).index_add_(0, i, vertices[j] + vertices[k])
         move = total / (2 * count.clamp_min(1))[:, None] - vertices
         move = move - (move * normal).sum(1, keepdim=True) * normal
         vertices = vertices + step * move * (count > 0)[:, None]
         for _ in range(2):
-            value, gradient = _value_and_gradient(field, vertices)
+            value, gradient = field_and_gradient(field, vertices)
             newton = value / (gradient * gradient).sum(1).clamp_min(1e-12)
             shift = newton[:, None] * gradient
             length = shift.norm(dim=1, keepdim=True)
@@ -108,16 +108,20 @@ def relax_vertices(
     return vertices
 
 
-def _value_and_gradient(field: VoxelGrid, points: Tensor, chunk: int = 1 << 18):
-    """Channel 0 of `field` at points [N, 3] and its gradient: ([N], [N, 3])."""
+def field_and_gradient(
+    model: VoxelGrid, points: Tensor, chunk: int = 1 << 16
+) -> tuple[Tensor, Tensor]:
+    """f [N] and grad f [N, 3] of channel 0 of `model` at points [N, 3], no graph kept."""
     values, gradients = [], []
     for part in points.split(chunk):
         x = part.detach().requires_grad_(True)
         with torch.enable_grad():
-            v = field(x)[..., 0]
-            (g,) = torch.autograd.grad(v.sum(), x)
-        values.append(v.detach())
+            f = model(x)[..., 0]
+            (g,) = torch.autograd.grad(f.sum(), x)
+        values.append(f.detach())
         gradients.append(g)
+    if not values:
+        return points.new_zeros(0), points.new_zeros(0, 3)
     return torch.cat(values), torch.cat(gradients)
 
 
@@ -209,20 +213,12 @@ def _faces_of_box(shape: tuple[int, ...]) -> list[tuple]:
     ]
 
 
-def field_normals(model: VoxelGrid, points: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+def field_normals(model: VoxelGrid, points: np.ndarray) -> np.ndarray:
     """Unit gradients of channel 0 of `model` at world points [N, 3] -> [N, 3] (zeros where
     the gradient vanishes)."""
-    device = model.features.device
-    out = np.zeros_like(points, dtype=np.float64)
-    for start in range(0, len(points), chunk):
-        x = torch.as_tensor(points[start : start + chunk], dtype=torch.float32, device=device)
-        x.requires_grad_(True)
-        with torch.enable_grad():
-            (g,) = torch.autograd.grad(model(x)[..., 0].sum(), x)
-        g = g.double()
-        g = g / g.norm(dim=1, keepdim=True).clamp_min(1e-30)
-        out[start : start + chunk] = g.cpu().numpy()
-    return out
+    x = torch.as_tensor(points, dtype=torch.float32, device=model.features.device)
+    g = field_and_gradient(model, x)[1].double()
+    return (g / g.norm(dim=1, keepdim=True).clamp_min(1e-30)).cpu().numpy()
 
 
 def write_ply(path: Path, mesh: Mesh, colors: np.ndarray | None = None) -> None:
