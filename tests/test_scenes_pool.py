@@ -155,3 +155,18 @@ def test_gsplat_jobs_wait_for_their_build_and_are_skipped_when_it_fails(tmp_path
     meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
     assert scenes_pool.run_pool(args, jobs, 1, meta) == 1
     assert not (args.work / "jobs" / "gsplat_realistic").exists()  # skipped, never started
+
+
+def test_gsplat_steps_below_one_are_refused(tmp_path, capsys):
+    argv = [
+        "--meshes",
+        str(tmp_path),
+        "--no-dvgo",
+        "--gpus",
+        "1",
+        "--gsplat",
+        "--gsplat-steps",
+        "0",
+    ]
+    assert scenes_pool.main(argv) == 2
+    assert "--gsplat-steps: expected at least 1, got 0" in capsys.readouterr().err
