@@ -8,7 +8,7 @@ a program of its own.
 The recipe is 3D Gaussian splatting's for synthetic (Blender) scenes with gsplat's
 rasterizer and densification (`gsplat.strategy.DefaultStrategy`, its defaults: split and
 clone from step 500 to 15000 every 100 steps, opacities reset every 3000): `--points`
-Gaussians at random in the box [-box, box]^3 with random colours, their scales the mean
+Gaussians at random in the box [-box, box]^3 with random colours, their scales the RMS
 distance to their 3 nearest neighbours; spherical harmonics up to degree 3 (one more
 degree every 1000 steps); one training image a step; loss 0.8 L1 + 0.2 (1 - SSIM); the
 learning rates of gsplat's `simple_trainer.py` (positions 1.6e-4 x the scene's scale,
@@ -36,6 +36,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from train.metrics import gaussian_window, ssim  # noqa: E402
 from train.nerf.blender import Views, load_blender  # noqa: E402
+from train.sdf.neighbours import nearest_points  # noqa: E402
 
 SH_C0 = 0.28209479177387814  # the degree-0 spherical harmonic, 1 / (2 sqrt(pi))
 OPENGL_TO_OPENCV = torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0]))  # camera axes y, z flipped
@@ -59,23 +60,15 @@ def scene_scale(views: Views) -> float:
     return 1.1 * (centres - centres.mean(0)).norm(dim=1).max().item()
 
 
-def nearest_distance(points: Tensor, k: int = 3, chunk: int = 4096) -> Tensor:
-    """points [N, 3] -> [N], the mean distance to each point's k nearest others."""
-    out = []
-    for part in points.split(chunk):
-        d2 = torch.cdist(part, points).square()
-        nearest = d2.topk(k + 1, dim=1, largest=False).values[:, 1:]  # without itself
-        out.append(nearest.mean(1).sqrt())
-    return torch.cat(out)
-
-
 def initial_gaussians(count: int, box: float, gen: torch.Generator, device) -> dict:
     """3DGS's start for synthetic scenes: [count] Gaussians uniform in [-box, box]^3,
-    random colours (degree 0, higher degrees zero), isotropic scales of the mean distance
+    random colours (degree 0, higher degrees zero), isotropic scales of the RMS distance
     to 3 neighbours (log), random rotations, opacity 0.1 (logit)."""
     means = (torch.rand(count, 3, generator=gen) * 2 - 1) * box
     colours = torch.rand(count, 3, generator=gen)
-    scale = nearest_distance(means.to(device)).clamp_min(1e-7).log().cpu()
+    on = means.to(device)
+    near = nearest_points(on, on, 4)[0][:, 1:]  # [N, 3] without itself (first, at 0)
+    scale = near.square().mean(1).sqrt().clamp_min(1e-7).log().cpu()
     return {
         "means": means,
         "scales": scale[:, None].repeat(1, 3),

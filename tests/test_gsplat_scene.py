@@ -60,8 +60,10 @@ def test_start_and_scene_scale():
     colour = start["sh0"][:, 0] * gsplat_scene.SH_C0 + 0.5
     assert colour.min() >= 0 and colour.max() <= 1
     assert torch.sigmoid(start["opacities"]).allclose(torch.tensor(0.1))
-    near = gsplat_scene.nearest_distance(torch.tensor([[0.0, 0, 0], [1, 0, 0], [3, 0, 0]]), k=1)
-    torch.testing.assert_close(near, torch.tensor([1.0, 1.0, 2.0]))
+    # scales: the root mean square distance to the 3 nearest others, by brute force
+    d2 = torch.cdist(start["means"], start["means"]).square()
+    want = d2.topk(4, dim=1, largest=False).values[:, 1:].mean(1).sqrt().log()
+    torch.testing.assert_close(start["scales"], want[:, None].expand(-1, 3), rtol=1e-4, atol=1e-5)
 
 
 def test_ssim_loss_is_zero_on_equal_images_and_follows_the_scoring():
