@@ -106,18 +106,17 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
     return jobs
 
 
-def start_build(dvgo: Path, log: Path) -> subprocess.Popen:
-    """DirectVoxGO's CUDA extensions JIT-built (as `bash bench/gpu.sh dvgo-build`)."""
-    code = "import sys; sys.path[:0] = ['shim', '.']\nfrom lib import utils, dvgo, dcvgo, dmpigo"
-    with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-c", code], cwd=dvgo, stdout=out, stderr=out)
+#: What each build runs: DirectVoxGO's CUDA extensions JIT-built in its folder (as `bash
+#: bench/gpu.sh dvgo-build`), gsplat's by the first import of its kernels.
+DVGO_BUILD = "import sys; sys.path[:0] = ['shim', '.']\nfrom lib import utils, dvgo, dcvgo, dmpigo"
+GSPLAT_BUILD = "from gsplat.cuda._backend import _C\nassert _C is not None, 'no gsplat kernels'"
 
 
-def start_gsplat_build(log: Path) -> subprocess.Popen:
-    """gsplat's CUDA extension JIT-built (its first import of the kernels)."""
-    code = "from gsplat.cuda._backend import _C\nassert _C is not None, 'no gsplat kernels'"
+def start_build(code: str, log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    """`python -c code` in `cwd`, its output in `log`: a build on the CPU while the GPUs
+    run other jobs."""
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=out)
+        return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=out, stderr=out)
 
 
 def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
@@ -142,10 +141,10 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
     builds: dict[str, tuple] = {}  # name -> (process, start): built on the CPU meanwhile
     if any(j["name"].startswith("dvgo_") for j in jobs):
         log = args.work / "logs" / "dvgo_build.log"
-        builds["dvgo_build"] = (start_build(args.dvgo, log), time.perf_counter())
+        builds["dvgo_build"] = (start_build(DVGO_BUILD, log, args.dvgo), time.perf_counter())
     if any(j["name"].startswith("gsplat_") for j in jobs):
         log = args.work / "logs" / "gsplat_build.log"
-        builds["gsplat_build"] = (start_gsplat_build(log), time.perf_counter())
+        builds["gsplat_build"] = (start_build(GSPLAT_BUILD, log), time.perf_counter())
     finished = [
         j["name"] for j in jobs if (args.work / "jobs" / j["name"] / "scenes.json").is_file()
     ]

@@ -148,10 +148,7 @@ def test_gsplat_jobs_wait_for_their_build_and_are_skipped_when_it_fails(tmp_path
     command = jobs[1]["command"]
     assert command[command.index("--gsplat-steps") + 1] == "7" and "--gsplat-only" in command
     jobs[0]["command"] = _stand_in(args.work / "jobs" / "gen_realistic", "realistic", "gen", False)
-    failing = [sys.executable, "-c", "raise SystemExit(1)"]  # as gsplat missing: exit 1
-    monkeypatch.setattr(
-        scenes_pool, "start_gsplat_build", lambda log: scenes_pool.subprocess.Popen(failing)
-    )
+    monkeypatch.setattr(scenes_pool, "GSPLAT_BUILD", "raise SystemExit(1)")  # gsplat missing
     meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
     assert scenes_pool.run_pool(args, jobs, 1, meta) == 1
     assert not (args.work / "jobs" / "gsplat_realistic").exists()  # skipped, never started
