@@ -46,7 +46,7 @@ def cameras(views: Views, device: torch.device) -> tuple[Tensor, Tensor]:
     """The views' world-to-camera matrices [V, 4, 4] in OpenCV axes (x right, y down,
     looking down +z, as gsplat takes them) and intrinsics [V, 3, 3] (pixel centres at
     +0.5, the principal point at the image's centre, as the project's camera rays)."""
-    c2w = views.c2w.double() @ OPENGL_TO_OPENCV.double()
+    c2w = views.c2w.double().cpu() @ OPENGL_TO_OPENCV.double()  # views may be on the GPU
     viewmats = torch.linalg.inv(c2w).float()
     k = torch.tensor(
         [[views.focal, 0.0, views.width / 2], [0.0, views.focal, views.height / 2], [0, 0, 1]]
