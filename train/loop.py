@@ -421,6 +421,9 @@ def _train(
     done = time.perf_counter()
     summary = exp.summary(common)  # every rank: its evaluation is split across them
     summary["cuda_graph"] = graphed is not None
+    if graphed is not None:  # how often the step was captured again (each keeps a memory pool)
+        summary["graph_captures"] = graphed.captures
+        summary["graph_eager_steps"] = graphed.eager_steps
     phases.update(train=train_seconds, evaluations_and_checkpoints=seconds - train_seconds)
     phases["final_evaluation"] = time.perf_counter() - done
     if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)
