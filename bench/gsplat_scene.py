@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from train.metrics import gaussian_window, ssim  # noqa: E402
+from train.metrics import gaussian_window, psnr, ssim  # noqa: E402
 from train.nerf.blender import Views, load_blender  # noqa: E402
 from train.sdf.neighbours import nearest_points  # noqa: E402
 
@@ -127,7 +127,7 @@ def evaluate(gsplat, splats, test: Views, viewmats: Tensor, ks: Tensor) -> tuple
         image, _ = render(gsplat, splats, viewmats[v : v + 1], ks[v : v + 1], test, 3)
         image = image[0].clamp(0, 1)
         truth = test.images[v]
-        psnrs.append(-10 * math.log10(max((image - truth).square().mean().item(), 1e-12)))
+        psnrs.append(psnr((image - truth).square().mean().item(), 1.0))
         ssims.append(ssim(image, truth).item())
     return sum(psnrs) / len(psnrs), sum(ssims) / len(ssims)
 
