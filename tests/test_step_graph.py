@@ -220,6 +220,29 @@ def test_captured_sdf_steps_match_eager_steps():
 
 
 @needs_cuda
+def test_re_captures_do_not_keep_the_released_graphs_memory():
+    """A new capture (forced here every 3 steps through `graph_key`, as a NeRF's growing
+    sample counts do) leaves the caching allocator holding what one captured step needs,
+    not one more private pool per capture."""
+    config = field_config("train.batch_size=262144")
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    exp = make_experiment(config, CUDA, gen, None)
+    runner = GraphedStep(exp, SINGLE)
+    torch.cuda.empty_cache()
+    reserved = []
+    for step in range(30):
+        exp.graph_key = lambda step=step: (step // 3,)  # 2 warm-up steps, then a capture
+        exp.begin_step(step)
+        runner.step()
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved(CUDA))
+    assert runner.captures == 10
+    one_pool = reserved[2] - reserved[1]  # what the first capture added
+    assert one_pool > 0
+    assert reserved[-1] - reserved[5] < one_pool  # eight captures later; kept: 8 pools
+
+
+@needs_cuda
 @pytest.mark.parametrize("stop_at", [4, 9])
 def test_graph_runs_resume_and_match_eager_runs(tmp_path, stop_at):
     """Whole runs through the loop: captured and eager reach the same PSNR; a captured run

@@ -15,6 +15,8 @@ from train.__main__ import main
 from train.config import ConfigError, load_config, reference_table, to_dict, to_toml
 from train.rundir import RUN_FILES
 
+from ._helpers import needs_cuda
+
 # A run small enough for a second or two on a CPU.
 TINY = [
     "device=cpu",
@@ -429,3 +431,42 @@ def test_train_sets_a_short_openmp_spin_before_torch_loads(given):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
     assert out[0] == (given or "1000")
+
+
+@pytest.mark.parametrize("given", [None, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"])
+def test_train_asks_for_expandable_cuda_segments_unless_the_user_set_the_allocator(given):
+    """`import train` sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when neither of
+    torch's allocator variables is set, and leaves a user's own setting alone."""
+    import os
+    import subprocess
+
+    names = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    if given:
+        env[given] = "max_split_size_mb:64"
+    code = f"import os, train; print([os.environ.get(n, '-') for n in {names!r}])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    expected = {
+        None: ["-", "expandable_segments:True"],
+        "PYTORCH_ALLOC_CONF": ["max_split_size_mb:64", "-"],
+        "PYTORCH_CUDA_ALLOC_CONF": ["-", "max_split_size_mb:64"],
+    }[given]
+    assert out == repr(expected)
+
+
+@needs_cuda
+def test_a_process_that_imports_train_first_allocates_expandable_segments():
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if "ALLOC_CONF" not in k}
+    code = (
+        "import train, torch; x = torch.empty(2**24, device='cuda'); "
+        "print(all(s['is_expandable'] for s in torch.cuda.memory_snapshot()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "True"

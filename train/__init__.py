@@ -31,6 +31,13 @@ STARTED = time.perf_counter()  # before torch is imported: the run's phases coun
 # 22 s each (bench/NOTES.md). Read once, when torch loads libgomp: so before torch.
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
+# The nerf experiment's PyTorch sampling (contracted scenes) allocates buffers of a new size
+# every step; in fixed-size segments the caching allocator reserved 29 GiB for 3.4 GiB of
+# tensors (configs/nerf_unbounded_gpu.toml, H100), in expandable segments 3.9 GiB, at the
+# same speed (bench/NOTES.md, U3). Read when CUDA's allocator starts; the user's setting wins.
+if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(os.environ):
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
 from .config import Config, ConfigError, load_config  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "load_config"]

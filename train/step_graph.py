@@ -110,6 +110,7 @@ class GraphedStep:
         self.warmup = 0  # eager steps left before the capture
         self.captures = 0  # graphs captured so far (one per resolution)
         self.eager_steps = 0  # steps `graph_key` sent op by op
+        self.stale_pool = False  # a released graph's memory pool is still cached
 
     def step(self) -> Tensor:
         graph_key = getattr(self.exp, "graph_key", None)
@@ -157,7 +158,11 @@ class GraphedStep:
         return (optimizer, tuple(addresses), extra)
 
     def release(self) -> None:
-        """Drop the graphs (their memory pool goes once nothing holds its tensors)."""
+        """Drop the graphs. Their private memory pool stays cached until `empty_cache`
+        (PyTorch frees a released pool's blocks only then), so `_capture` empties the cache
+        first: without that every re-capture (a NeRF's, whenever its planned sample counts
+        grow) kept one more pool reserved."""
+        self.stale_pool = self.stale_pool or bool(self.graphs)
         self.graphs, self.value, self.grads = [], None, []
 
     def _on_side_stream(self, fn):
@@ -172,6 +177,9 @@ class GraphedStep:
         """Record the step (nothing runs: the replay that follows does the step)."""
         exp = self.exp
         exp.optimizer.zero_grad(set_to_none=True)  # backward allocates them in the graph
+        if self.stale_pool:  # nothing holds the old pool's tensors any more (see `release`)
+            torch.cuda.empty_cache()
+            self.stale_pool = False
         together = self.world.size == 1
         try:
             first = torch.cuda.CUDAGraph()
