@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -416,57 +418,46 @@ def test_missing_matplotlib_is_found_before_training(tmp_path, capsys, monkeypat
     assert main(["--out", str(out), *sets(*TINY)]) == 0  # pictures off: no matplotlib needed
 
 
+def child_stdout(code: str, unset: tuple[str, ...], **given: str) -> str:
+    """What `python -c code` prints, in an environment without the variables `unset`, plus
+    those `given`."""
+    env = {k: v for k, v in os.environ.items() if k not in unset} | given
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+
 @pytest.mark.parametrize("given", [None, "300000"])
 def test_train_sets_a_short_openmp_spin_before_torch_loads(given):
     """`import train` before torch sets GOMP_SPINCOUNT=1000 (libgomp reads it when torch
     loads it), and keeps a value the user gave."""
-    import os
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
-    if given:
-        env["GOMP_SPINCOUNT"] = given
     code = "import sys, os, train; print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    user = {"GOMP_SPINCOUNT": given} if given else {}
+    out = child_stdout(code, ("GOMP_SPINCOUNT",), **user).split()
     assert out[0] == (given or "1000")
 
 
-@pytest.mark.parametrize("given", [None, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"])
+ALLOC_CONF = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+@pytest.mark.parametrize("given", [None, *ALLOC_CONF])
 def test_train_asks_for_expandable_cuda_segments_unless_the_user_set_the_allocator(given):
     """`import train` sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when neither of
     torch's allocator variables is set, and leaves a user's own setting alone."""
-    import os
-    import subprocess
-
-    names = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
-    env = {k: v for k, v in os.environ.items() if k not in names}
-    if given:
-        env[given] = "max_split_size_mb:64"
-    code = f"import os, train; print([os.environ.get(n, '-') for n in {names!r}])"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    user = {given: "max_split_size_mb:64"} if given else {}
+    code = f"import os, train; print([os.environ.get(n, '-') for n in {ALLOC_CONF!r}])"
     expected = {
         None: ["-", "expandable_segments:True"],
         "PYTORCH_ALLOC_CONF": ["max_split_size_mb:64", "-"],
         "PYTORCH_CUDA_ALLOC_CONF": ["-", "max_split_size_mb:64"],
     }[given]
-    assert out == repr(expected)
+    assert child_stdout(code, ALLOC_CONF, **user).strip() == repr(expected)
 
 
 @needs_cuda
 def test_a_process_that_imports_train_first_allocates_expandable_segments():
-    import os
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if "ALLOC_CONF" not in k}
     code = (
         "import train, torch; x = torch.empty(2**24, device='cuda'); "
         "print(all(s['is_expandable'] for s in torch.cuda.memory_snapshot()))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert out == "True"
+    assert child_stdout(code, ALLOC_CONF).strip() == "True"

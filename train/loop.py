@@ -421,7 +421,7 @@ def _train(
     done = time.perf_counter()
     summary = exp.summary(common)  # every rank: its evaluation is split across them
     summary["cuda_graph"] = graphed is not None
-    if graphed is not None:  # how often the step was captured again (each keeps a memory pool)
+    if graphed is not None:  # how often the step was captured (again) and ran op by op
         summary["graph_captures"] = graphed.captures
         summary["graph_eager_steps"] = graphed.eager_steps
     phases.update(train=train_seconds, evaluations_and_checkpoints=seconds - train_seconds)
