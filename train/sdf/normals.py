@@ -23,9 +23,10 @@ neighbourhood sized per point, then one consistent orientation, outwards.
    until nothing changes; whatever no decided point reaches is turned away from the
    cloud's centroid. A vote is n_i . n_j with n_j reflected across the plane halfway
    between the points (`neighbour_agreement`: strong across sharp edges, where n_i . n_j
-   is near 0), and only neighbours near the point's tangent plane vote (`vote_geometry`:
-   not the far side of a thin part or a narrow gap). Flipped normals on seven CGAL meshes
-   (100k points): 1378 -> 1066 in all (bench/NOTES.md, S1 orientation).
+   is near 0), and only neighbours near the point's tangent plane, with the point near
+   theirs, vote (`vote_geometry`: not the far side of a thin part or a narrow gap).
+   Flipped normals on seven CGAL meshes (100k points): 1378 -> 1049 in all (bench/NOTES.md,
+   S1 orientation).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from .neighbours import knn
 MAX_CELLS = 160
 #: Propagation sweeps at most.
 SWEEPS = 500
-#: Neighbours further off a point's tangent plane than this (sine) do not vote on its side.
+#: A neighbour this far (sine) off the point's tangent plane, or it off the neighbour's, does
+#: not vote on its side.
 SAME_SIDE = 0.5
 #: Closings tried (cells added to the points' cubes) against holes in the cloud.
 CLOSINGS = (0, 3, 6, 10)
@@ -213,13 +215,17 @@ def jet_normals(points: Tensor, index: Tensor, sizes: Tensor) -> Tensor:
 
 def vote_geometry(points: Tensor, normals: Tensor, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(safe index [N, k], unit offsets p_j - p_i [N, k, 3], voters [N, k] bool) of each
-    point's neighbours `index` [N, k] (-1: none). A voter lies within SAME_SIDE (the sine of
-    the angle) of the point's tangent plane: a neighbour further off it is across a thin
-    part or a narrow gap, where agreeing with it would turn the normal the wrong way."""
+    point's neighbours `index` [N, k] (-1: none). A voter and the point each lie within
+    SAME_SIDE (the sine of the angle) of the other's tangent plane: a neighbour further
+    off the point's is across a thin part or a narrow gap, where agreeing with it would
+    turn the normal the wrong way; a point off the neighbour's (its normal along the
+    chord: a tip, a badly estimated normal) has no circle to carry it along."""
     safe = index.clamp(min=0)
     offset = points[safe] - points[:, None]
     offset = offset / offset.norm(dim=2, keepdim=True).clamp(min=1e-30)
-    off_plane = (normals[:, None] * offset).sum(dim=2).abs()  # sign-free: before orientation
+    off_plane = torch.maximum(  # sign-free: before orientation
+        (normals[:, None] * offset).sum(dim=2).abs(), (normals[safe] * offset).sum(dim=2).abs()
+    )
     return safe, offset, (index >= 0) & (off_plane < SAME_SIDE)
 
 
