@@ -125,6 +125,10 @@ def test_a_neighbours_vote_is_its_normal_carried_along_a_circle():
     safe, offset, voters = vote_geometry(points, normals, index)
     agree = neighbour_agreement(normals, safe, offset)
     torch.testing.assert_close(agree[0], torch.tensor([1.0, 1.0, -1.0]).double())
+    # a chord of angle a meets both normals at sin(a / 2) off their tangent planes: up to
+    # 1 radian (0.48) they vote, 1.7 radians apart (0.75, points 2 and 3) they do not
+    assert voters[0].all()
+    assert not voters[2, 2] and not voters[3, 2]
     # the plain n_i . n_j says cos(1.0) = 0.54 for the neighbour 1 radian around
     assert (normals[0] * normals[2]).sum() < 0.6
 
@@ -134,7 +138,7 @@ def test_normals_facing_across_a_narrow_gap_keep_their_sides():
 
     # two boxes 0.02 apart (the neighbourhoods reach across the gap): the faces at the gap
     # are decided by their neighbours; plain n_i . n_j votes flipped 6.0% of all points
-    # (half a gap face), the circle votes of neighbours near the tangent plane 0.34%
+    # (half a gap face), the circle votes of neighbours near the tangent plane 0.35%
     boxes = [
         sample_surface(
             "box",
