@@ -267,18 +267,22 @@ def estimate_normals(
     from_outside = float((state != 0).float().mean())
     normals = normals * torch.where(state < 0, -1.0, 1.0)[:, None]
     decided = state != 0
-    # propagation over the k-NN graph: undecided points take their neighbours' vote
+    # propagation over the k-NN graph: undecided points take their neighbours' vote; a sweep
+    # only turns normals, so the agreements are computed once and carry the turns as signs
     safe, offset, voters = vote_geometry(points, normals, index)
+    agree = neighbour_agreement(normals, safe, offset) * voters  # [N, k]
+    sign = torch.ones(len(points), device=device)
     for _ in range(SWEEPS):
         undecided = ~decided
         if not undecided.any():
             break
-        vote = (neighbour_agreement(normals, safe, offset) * (decided[safe] & voters)).sum(dim=1)
+        vote = (agree * (sign[:, None] * sign[safe]) * decided[safe]).sum(dim=1)
         turn = undecided & (vote != 0)
         if not turn.any():
             break
-        normals = torch.where((turn & (vote < 0))[:, None], -normals, normals)
+        sign = torch.where(turn & (vote < 0), -sign, sign)
         decided = decided | turn
+    normals = normals * sign[:, None]
     by_neighbours = float(decided.float().mean()) - from_outside
     rest = ~decided
     away = ((points - points.mean(dim=0)) * normals).sum(dim=1) < 0
