@@ -55,6 +55,7 @@ from .points import (
     sample_surface,
     shape_params,
 )
+from .sign_repair import repair_signs
 from .winding import point_areas, winding_numbers
 
 
@@ -291,6 +292,8 @@ class SdfExperiment(GridSchedule):
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
         self.bar_terms = LaggedValues()  # read for the progress bar without a synchronisation
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid state, evaluation)
+        self.repairs: dict[str, int] = {}  # sdf.repair_signs: voxels turned at each upsample
+        self.areas: Tensor | None = None  # the points' areas, for the winding numbers
         self.step = -1  # the step begin_step last began
 
     def loss(self) -> tuple[Tensor, Tensor]:
@@ -323,6 +326,20 @@ class SdfExperiment(GridSchedule):
         """To the schedule's next resolution, unless past the points' scatter cap."""
         if self.cap is None or all(a <= b for a, b in zip(resolution, self.cap, strict=True)):
             super().upsample(resolution)
+            if self.config.sdf.repair_signs:
+                self.repair_signs()
+
+    def repair_signs(self) -> None:
+        """Turn the pockets of the wrong sign the new grid inherited (train/sdf/sign_repair.py)."""
+        points, normals = self.cloud.points, self.cloud.normals
+        if self.areas is None:
+            self.areas = point_areas(points)
+        # the same draw on every rank (the grids stay equal), apart from the batches' stream
+        gen = torch.Generator().manual_seed(self.config.seed)
+        subset = torch.randperm(len(points), generator=gen)[:INIT_POINTS].to(points.device)
+        values = self.model.features.data[..., 0]
+        turned = repair_signs(values, self.model.bounds, points, normals, self.areas, subset)
+        self.repairs["x".join(map(str, self.model.resolution))] = turned
 
     def progress(self, loss: float) -> dict[str, str]:
         surface, normal, eikonal = self.bar_terms.read(self.terms)
@@ -346,10 +363,10 @@ class SdfExperiment(GridSchedule):
         return self.evaluation.line(quality)
 
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return {"sign_repairs": dict(self.repairs)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        self.repairs = dict(state.get("sign_repairs", {}))
 
     def summary(self, common: dict[str, Any]) -> dict[str, Any]:
         c, e = self.config, self.evaluation
@@ -373,6 +390,7 @@ class SdfExperiment(GridSchedule):
             "interpolation": self.interpolation,
             "resolution": list(self.model.resolution),
             "scatter_cap": None if self.cap is None else list(self.cap),  # sdf.scatter_voxels
+            "sign_repairs": dict(self.repairs),  # sdf.repair_signs: voxels turned, per upsample
             "parameters": self.model.features.numel(),
             "batch_size": c.train.batch_size,
             "eikonal_points": c.train.eikonal_points,
