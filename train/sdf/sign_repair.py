@@ -30,6 +30,10 @@ from .winding import winding_numbers
 FAR_VOXELS = 1.5
 #: and only those with |f| below this many voxels (deeper ones keep their sign)
 BAND_VOXELS = 8.0
+#: only voxels within this many voxels (per axis) of an unsupported wall are judged
+WALL_REACH = 4
+#: a wall is unsupported where no point lies within this many voxels (per axis)
+WALL_CLEARANCE = 2
 #: the side test's neighbours among the subset
 SIDE_NEIGHBOURS = 8
 #: winding numbers below this are outside, above 1 - this inside; between, no change
@@ -53,7 +57,9 @@ def repair_signs(
     lo, hi = bounds[0], bounds[1]
     spacing = (hi - lo) / (torch.tensor(values.shape, device=values.device) - 1)  # [3]
     h = spacing.max().item()
-    cells = (values.abs() < BAND_VOXELS * h).nonzero()  # [C, 3]
+    walls = unsupported_walls(values, points, lo, spacing)
+    judged = dilate(walls, WALL_REACH) & (values.abs() < BAND_VOXELS * h)
+    cells = judged.nonzero()  # [C, 3]
     x = lo + cells.to(lo.dtype) * spacing  # [C, 3]
     near, far = points[subset], normals[subset]
     distance, nearest = nearest_points(x, near, min(SIDE_NEIGHBOURS, len(subset)))  # [C, k]
@@ -71,3 +77,34 @@ def repair_signs(
     distance = distance[turn].to(values.dtype)
     values[at[:, 0], at[:, 1], at[:, 2]] = torch.where(inside[turn], -distance, distance)
     return int(turn.sum())
+
+
+def unsupported_walls(values: Tensor, points: Tensor, lo: Tensor, spacing: Tensor) -> Tensor:
+    """[X, Y, Z] bool: the voxels of values [X, Y, Z] beside a change of sign (the zero
+    level set crosses an edge to a 6-neighbour) with no point of points [N, 3] within
+    WALL_CLEARANCE voxels (per axis) of them: a pocket's walls. A pocket of the wrong sign
+    is walled by such sheets where it does not touch the points, so only voxels near them
+    need judging: grid ops, not a nearest-point search per voxel of the band."""
+    shape = torch.tensor(values.shape, device=values.device)
+    index = ((points - lo) / spacing).round().long().clamp(min=0).minimum(shape - 1)
+    occupied = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+    occupied[index[:, 0], index[:, 1], index[:, 2]] = True
+    inside = values < 0
+    walls = torch.zeros_like(inside)
+    for axis in range(3):
+        n = values.shape[axis]
+        step = inside.narrow(axis, 0, n - 1) ^ inside.narrow(axis, 1, n - 1)
+        walls.narrow(axis, 0, n - 1).logical_or_(step)
+        walls.narrow(axis, 1, n - 1).logical_or_(step)
+    return walls & ~dilate(occupied, WALL_CLEARANCE)
+
+
+def dilate(mask: Tensor, reach: int) -> Tensor:
+    """[X, Y, Z] bool: the voxels within `reach` (per axis) of one of mask [X, Y, Z]; a max
+    pool along each axis in turn."""
+    out = mask[None, None].to(torch.float16 if mask.is_cuda else torch.float32)
+    size = 2 * reach + 1
+    for kernel in ((size, 1, 1), (1, size, 1), (1, 1, size)):
+        pad = tuple(k // 2 for k in kernel)
+        out = torch.nn.functional.max_pool3d(out, kernel, stride=1, padding=pad)
+    return out[0, 0] > 0
