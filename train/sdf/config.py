@@ -143,8 +143,8 @@ class SdfConfig:
         "the points contradict (their nearest points' side and the points' winding number "
         "both) take the other sign: a coarse grid fills gaps narrower than its voxel (between "
         "legs, an ear and the head), and the finer grid would keep the filled pocket, walled "
-        "by sheets no point supports (train/sdf/sign_repair.py; the cow at 256^3: Chamfer "
-        "1.07-1.97x the exact-SDF limit over three seeds, 0.94-0.95x with it).",
+        "by sheets no point supports (train/sdf/sign_repair.py; the cow at 256^3 on an H100: "
+        "Chamfer 1.43x the exact-SDF limit, 1.10x with it; bench/NOTES.md, S1 pockets).",
         True,
     )
     support_ratio: float = doc(

@@ -15,7 +15,8 @@ current voxel size: it keeps its weight against the other two as the grid is ref
 the points are fitted to the same fraction of a voxel at every resolution (with f in
 world units the normal and eikonal terms win more of the balance at every upsample).
 Points without normals get estimated ones (`points.normals = "estimate"`,
-`normals.estimate_normals`).
+`normals.estimate_normals`). At each upsample the pockets of the wrong sign the finer grid
+inherits are turned (`sdf.repair_signs`, `sign_repair.py`).
 The grid interpolates with `grid.interpolation` (linear by default: a smoothstep grid is
 C1, but its gradient vanishes on the voxel planes, which costs it its normals).
 
@@ -332,6 +333,8 @@ class SdfExperiment(GridSchedule):
     def repair_signs(self) -> None:
         """Turn the pockets of the wrong sign the new grid inherited (train/sdf/sign_repair.py)."""
         points, normals = self.cloud.points, self.cloud.normals
+        if len(points) < 3:  # no winding number to judge by
+            return
         if self.areas is None:
             self.areas = point_areas(points)
         # the same draw on every rank (the grids stay equal), apart from the batches' stream

@@ -5,16 +5,19 @@ A coarse grid cannot hold a gap narrower than its voxel: the points init (or the
 fills the space between two legs, an ear and the head, and the finer grid inherits the
 filled pocket. No point lies in it, so no term of the loss opens it again: it stays,
 bounded by sheets of zero level set the points do not support (a local minimum of the
-eikonal term), and the mesh gets webs between the parts (the cow at 256^3: Chamfer 1.07-1.97x
-the exact-SDF limit over three seeds, all its wrong voxels inside pockets).
+eikonal term), and the mesh gets webs between the parts (the cow at 256^3 on 2 CPU cores:
+Chamfer 1.07-1.97x the exact-SDF limit over three seeds, every wrong voxel of the worst
+one in such a pocket).
 
-At each upsample, the voxels farther than FAR_VOXELS (of the new grid) from every point
-and within BAND_VOXELS of the zero level set are judged: first by the side of their
-nearest points (the mean of (x - p) . n over SIDE_NEIGHBOURS of a subset of the points,
-cheap but wrong near concave creases), then, where that disagrees with the grid's sign,
-by the generalized winding number of all the points (train/sdf/winding.py), which is
-sure away from the points but costs a product with every point. A voxel changes sign only
-where both say so; it takes its distance to the nearest point, as in the points init.
+At each upsample, the voxels within WALL_REACH of such a sheet (a change of sign with no
+point within WALL_CLEARANCE voxels: grid ops), farther than FAR_VOXELS (of the new grid)
+from every point and within BAND_VOXELS of the zero level set are judged: first by the
+side of their nearest points (the mean of (x - p) . n over SIDE_NEIGHBOURS of a subset of
+the points, cheap but wrong near concave creases), then, where that disagrees with the
+grid's sign, by the generalized winding number of all the points (train/sdf/winding.py),
+which is sure away from the points but costs a product with every point. A voxel changes
+sign only where both say so; it takes its distance to the nearest point, as in the points
+init.
 """
 
 from __future__ import annotations
