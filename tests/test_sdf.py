@@ -396,6 +396,16 @@ def test_the_loss_terms_vanish_for_an_exact_plane():
     assert terms[1].item() == pytest.approx(4.0) and terms[2].item() == 0
     terms[1].backward()  # double backward reaches the grid
     assert model.features.grad.abs().sum() > 0
+    # sdf.normal_robust = c^2: a turned normal (r^2 = 4) counts c^2 r^2 / (c^2 + r^2), and
+    # pulls (c^2 / (c^2 + r^2))^2 as hard as with squares; a right one still counts 0
+    plain = model.features.grad.clone()
+    model.features.grad = None
+    terms = sdf_losses(model, surface, -normal.expand(50, 3), torch.zeros(0, 3), robust=0.5)
+    assert terms[1].item() == pytest.approx(0.5 * 4 / 4.5)
+    terms[1].backward()
+    assert torch.allclose(model.features.grad, plain * (0.5 / 4.5) ** 2, atol=1e-6)
+    terms = sdf_losses(model, surface, normal.expand(50, 3), uniform, robust=0.5)
+    assert terms[1].item() < 1e-10
 
 
 def test_two_ranks_halves_average_to_the_whole_batch_gradient():

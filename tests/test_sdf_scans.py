@@ -303,6 +303,7 @@ def test_the_exact_grid_sdf_of_a_mesh():
         ("sdf.min_island=-1", "sdf.min_island"),
         ("sdf.scatter_voxels=-0.1", "sdf.scatter_voxels"),
         ("sdf.relax=-1", "sdf.relax"),
+        ("sdf.normal_robust=-0.5", "sdf.normal_robust"),
         ("sdf.suport_ratio=1", "sdf.suport_ratio"),
     ],
 )

@@ -138,6 +138,14 @@ class SdfConfig:
         "0: refine as scheduled.",
         0.35,
     )
+    normal_robust: float = doc(
+        "sdf: the normal term's scale c^2 (0: plain squares): each point's r^2 = |grad f - "
+        "n|^2 counts as c^2 r^2 / (c^2 + r^2) (Geman-McClure), so a normal turned the wrong "
+        "way (r^2 near 4) stops pulling once the field disagrees with it, while small "
+        "residuals count as before; for estimated normals, which turn a few points where "
+        "parts nearly touch.",
+        0.0,
+    )
     repair_signs: bool = doc(
         "sdf: at each upsample, voxels farther than 1.5 voxels from every point whose sign "
         "the points contradict (their nearest points' side and the points' winding number "
@@ -202,6 +210,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(f"sdf.relax: expected an integer >= 0, got {s.relax!r}")
     if not s.scatter_voxels >= 0:
         raise ConfigError(f"sdf.scatter_voxels: expected a number >= 0, got {s.scatter_voxels}")
+    if not s.normal_robust >= 0:
+        raise ConfigError(f"sdf.normal_robust: expected a number >= 0, got {s.normal_robust}")
     if s.min_island < 0:
         raise ConfigError(f"sdf.min_island: expected an integer >= 0, got {s.min_island!r}")
     if c.grid.backend != "native":

@@ -186,19 +186,23 @@ def voxel_size(resolution: tuple[int, int, int], bounds: list) -> float:
 
 
 def sdf_losses(
-    model: VoxelGrid, surface: Tensor, normals: Tensor, uniform: Tensor
+    model: VoxelGrid, surface: Tensor, normals: Tensor, uniform: Tensor, robust: float = 0.0
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(surface, normal, eikonal) terms, each a mean, differentiable w.r.t. the grid.
 
     surface: [B, 3] points on the surface, normals: [B, 3] their unit normals, uniform:
-    [E, 3] points in the box (E may be 0: the eikonal term is then 0). One grid call for
-    all points; the gradient w.r.t. the points keeps its graph (double backward)."""
+    [E, 3] points in the box (E may be 0: the eikonal term is then 0); robust: the normal
+    term's c^2 (`sdf.normal_robust`; 0: squares). One grid call for all points; the
+    gradient w.r.t. the points keeps its graph (double backward)."""
     x = torch.cat([surface, uniform]).requires_grad_(True)
     f = model(x)[..., 0]  # [B + E]
     (g,) = torch.autograd.grad(f.sum(), x, create_graph=True)  # [B + E, 3]
     b = surface.shape[0]
     surface_term = f[:b].square().mean()
-    normal_term = (g[:b] - normals).square().sum(dim=1).mean()
+    residual = (g[:b] - normals).square().sum(dim=1)  # [B]
+    if robust > 0:
+        residual = robust * residual / (robust + residual)
+    normal_term = residual.mean()
     if uniform.shape[0] == 0:
         return surface_term, normal_term, torch.zeros_like(surface_term)
     # sqrt(|g|^2 + tiny): |g| has no derivative at g = 0, where a zero grid starts
@@ -309,7 +313,7 @@ class SdfExperiment(GridSchedule):
         points, normals = (
             x.index_select(0, index) for x in (self.cloud.points, self.cloud.normals)
         )
-        terms = sdf_losses(self.model, points, normals, uniform)
+        terms = sdf_losses(self.model, points, normals, uniform, self.config.sdf.normal_robust)
         surface, normal, eikonal = terms
         if self.config.sdf.surface_units == "voxel":
             surface = surface / voxel_size(self.model.resolution, self.config.grid.bounds) ** 2
