@@ -1,6 +1,7 @@
 """Pockets of the wrong sign (train/sdf/sign_repair.py): a web filled in between two spheres
-and a bubble left inside one are turned, voxels near the points and deep ones are left to
-the fit, an exact field is left alone, and a fit reports what it turned."""
+and a bubble left inside one are turned where they lie away from the points (on the CPU
+and on CUDA), right voxels are left as they are, an exact field is left alone, and a fit
+reports what it turned without drawing from the batches' random stream."""
 
 from __future__ import annotations
 
@@ -42,9 +43,16 @@ def exact() -> torch.Tensor:
 
 
 def repair(values: torch.Tensor) -> int:
-    points, normals = two_spheres()
+    points, normals = (x.to(values.device) for x in two_spheres())
     subset = torch.randperm(len(points), generator=torch.Generator().manual_seed(0))[:4096]
-    return repair_signs(values, BOUNDS, points, normals, point_areas(points), subset)
+    bounds, subset = BOUNDS.to(values.device), subset.to(values.device)
+    return repair_signs(values, bounds, points, normals, point_areas(points), subset)
+
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")),
+]
 
 
 def test_an_exact_field_is_left_alone():
@@ -53,8 +61,9 @@ def test_an_exact_field_is_left_alone():
     assert torch.equal(values, exact())
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pocket", ["web", "bubble"])
-def test_a_pocket_of_the_wrong_sign_is_turned(pocket):
+def test_a_pocket_of_the_wrong_sign_is_turned(pocket, device):
     true = exact()
     x = nodes()
     if pocket == "web":  # the gap between the spheres filled, as a coarse grid fills it
@@ -62,8 +71,9 @@ def test_a_pocket_of_the_wrong_sign_is_turned(pocket):
         region = box & (true > 0)
     else:  # a bubble of outside within one sphere, 0.15 below its surface
         region = (x - CENTRES[0]).norm(dim=-1) < 0.15
-    values = torch.where(region, -true, true)
+    values = torch.where(region, -true, true).to(device)
     assert repair(values) > 0
+    values = values.cpu()
     wrong = (values < 0) != (true < 0)
     far = (true.abs() > FAR_VOXELS * H + 0.01) & (true.abs() < BAND_VOXELS * H)
     # every judged voxel of the pocket is right again; the ones by the points are the fit's
