@@ -47,7 +47,7 @@ from ..step_graph import use_graphs
 from .denoise import project_to_surfaces
 from .evaluation import Evaluation
 from .mesh import Mesh, write_ply
-from .neighbours import knn, nearest_points
+from .neighbours import knn
 from .normals import estimate_normals, normal_agreement
 from .points import (
     PointCloud,
@@ -57,7 +57,7 @@ from .points import (
     shape_params,
 )
 from .sign_repair import repair_signs
-from .winding import point_areas, winding_numbers
+from .winding import nearest_side, point_areas, winding_numbers
 
 
 def final_resolution(config: Config) -> tuple[int, int, int]:
@@ -166,8 +166,7 @@ def points_init(model: VoxelGrid, cloud: PointCloud, gen: torch.Generator) -> No
     k = min(INIT_NEIGHBOURS, len(points))
     for start in range(0, nodes.shape[0], 1 << 16):
         x = nodes[start : start + (1 << 16)]  # [C, 3]
-        distance, nearest = nearest_points(x, points, k)  # [C, k]
-        side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
+        distance, side = nearest_side(x, points, normals, k)  # [C, k], [C]
         values[start : start + len(x)] = torch.where(side < 0, -distance[:, 0], distance[:, 0])
     far = values.abs() > FAR_VOXELS * voxel_size(model.resolution, [lo, hi])
     if far.any() and len(points) > 2:
@@ -298,7 +297,8 @@ class SdfExperiment(GridSchedule):
         self.bar_terms = LaggedValues()  # read for the progress bar without a synchronisation
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid state, evaluation)
         self.repairs: dict[str, int] = {}  # sdf.repair_signs: voxels turned at each upsample
-        self.areas: Tensor | None = None  # the points' areas, for the winding numbers
+        # (the points' areas, the side test's subset), drawn at the first repair
+        self.repair_inputs: tuple[Tensor, Tensor] | None = None
         self.step = -1  # the step begin_step last began
 
     def loss(self) -> tuple[Tensor, Tensor]:
@@ -339,13 +339,14 @@ class SdfExperiment(GridSchedule):
         points, normals = self.cloud.points, self.cloud.normals
         if len(points) < 3:  # no winding number to judge by
             return
-        if self.areas is None:
-            self.areas = point_areas(points)
-        # the same draw on every rank (the grids stay equal), apart from the batches' stream
-        gen = torch.Generator().manual_seed(self.config.seed)
-        subset = torch.randperm(len(points), generator=gen)[:INIT_POINTS].to(points.device)
+        if self.repair_inputs is None:
+            # the same draw on every rank (the grids stay equal), apart from the batches' stream
+            gen = torch.Generator().manual_seed(self.config.seed)
+            subset = torch.randperm(len(points), generator=gen)[:INIT_POINTS]
+            self.repair_inputs = point_areas(points), subset.to(points.device)
+        areas, subset = self.repair_inputs
         values = self.model.features.data[..., 0]
-        turned = repair_signs(values, self.model.bounds, points, normals, self.areas, subset)
+        turned = repair_signs(values, self.model.bounds, points, normals, areas, subset)
         self.repairs["x".join(map(str, self.model.resolution))] = turned
 
     def progress(self, loss: float) -> dict[str, str]:

@@ -6,6 +6,9 @@ kept. Every point within one cell side of a point lies in those 27 cells, so a k
 distance up to the cell side is exact; the points whose k-th distance is longer (sparse
 regions: an uneven scan, the rim of a hole) are searched again with cells twice as
 large, until it is: the answer is exact.
+
+Also here: `dilate`, the voxels of a grid within a reach of marked ones (separable max
+pools), for the orientation's outside flood and the sign repair's walls.
 """
 
 from __future__ import annotations
@@ -137,3 +140,14 @@ def _search(
         out_d[at : at + len(part)] = best
         at += len(part)
     return out_i, out_d
+
+
+def dilate(mask: Tensor, reach: int) -> Tensor:
+    """[X, Y, Z] bool: the voxels within `reach` (per axis) of one of mask [X, Y, Z]; a max
+    pool along each axis in turn."""
+    out = mask[None, None].to(torch.float16 if mask.is_cuda else torch.float32)
+    size = 2 * reach + 1
+    for kernel in ((size, 1, 1), (1, size, 1), (1, 1, size)):
+        pad = tuple(k // 2 for k in kernel)
+        out = torch.nn.functional.max_pool3d(out, kernel, stride=1, padding=pad)
+    return out[0, 0] > 0

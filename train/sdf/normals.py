@@ -34,11 +34,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .denoise import local_planes
-from .neighbours import knn
+from .neighbours import dilate, knn
 
 #: The orientation grid has at most this many cells per axis.
 MAX_CELLS = 160
@@ -98,15 +97,10 @@ def outside_cells(
     cells = ((points - lo) / cell).round().long().clamp(min=torch.zeros_like(limit), max=limit)
     reach = (radius / cell).ceil().long().clamp(1, 8 + CLOSINGS[-1])
     for r in reach.unique().tolist():
-        seeds = torch.zeros(size, device=device)
+        seeds = torch.zeros(size, dtype=torch.bool, device=device)
         at = cells[reach == r]
-        seeds[at[:, 0], at[:, 1], at[:, 2]] = 1
-        grown = seeds[None, None]
-        for kernel in ((2 * r + 1, 1, 1), (1, 2 * r + 1, 1), (1, 1, 2 * r + 1)):  # separable
-            pad = tuple(w // 2 for w in kernel)
-            grown = F.max_pool3d(grown, kernel, stride=1, padding=pad)
-        grown = grown[0, 0]
-        occupied |= grown > 0
+        seeds[at[:, 0], at[:, 1], at[:, 2]] = True
+        occupied |= dilate(seeds, r)
     free = ~occupied
     outside = torch.zeros_like(occupied)
     for axis in range(3):  # the boundary's free cells
@@ -161,10 +155,7 @@ def closed_outside(
             break
     if r == 0:
         return outside, 0
-    grown = closed[None, None].float()
-    for kernel in ((2 * r + 1, 1, 1), (1, 2 * r + 1, 1), (1, 1, 2 * r + 1)):
-        grown = F.max_pool3d(grown, kernel, stride=1, padding=tuple(k // 2 for k in kernel))
-    return (grown[0, 0] > 0) & ~occupied, r
+    return dilate(closed, r) & ~occupied, r
 
 
 def _lookup(grid: Tensor, x: Tensor, lo: Tensor, cell: float) -> Tensor:

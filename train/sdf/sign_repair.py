@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .neighbours import nearest_points
-from .winding import winding_numbers
+from .neighbours import dilate, nearest_points
+from .winding import nearest_side, winding_numbers
 
 #: only voxels farther than this many voxels from every point are judged: nearer ones
 #: are the fit's to place
@@ -64,9 +64,8 @@ def repair_signs(
     judged = dilate(walls, WALL_REACH) & (values.abs() < BAND_VOXELS * h)
     cells = judged.nonzero()  # [C, 3]
     x = lo + cells.to(lo.dtype) * spacing  # [C, 3]
-    near, far = points[subset], normals[subset]
-    distance, nearest = nearest_points(x, near, min(SIDE_NEIGHBOURS, len(subset)))  # [C, k]
-    side = ((x[:, None] - near[nearest]) * far[nearest]).sum(dim=2).mean(dim=1)  # [C]
+    k = min(SIDE_NEIGHBOURS, len(subset))
+    distance, side = nearest_side(x, points[subset], normals[subset], k)  # [C, k], [C]
     value = values[cells[:, 0], cells[:, 1], cells[:, 2]]
     # the subset's nearest distance is at least the cloud's: none with d > FAR is missed
     suspect = ((distance[:, 0] > FAR_VOXELS * h) & ((side < 0) != (value < 0))).nonzero()[:, 0]
@@ -100,14 +99,3 @@ def unsupported_walls(values: Tensor, points: Tensor, lo: Tensor, spacing: Tenso
         walls.narrow(axis, 0, n - 1).logical_or_(step)
         walls.narrow(axis, 1, n - 1).logical_or_(step)
     return walls & ~dilate(occupied, WALL_CLEARANCE)
-
-
-def dilate(mask: Tensor, reach: int) -> Tensor:
-    """[X, Y, Z] bool: the voxels within `reach` (per axis) of one of mask [X, Y, Z]; a max
-    pool along each axis in turn."""
-    out = mask[None, None].to(torch.float16 if mask.is_cuda else torch.float32)
-    size = 2 * reach + 1
-    for kernel in ((size, 1, 1), (1, size, 1), (1, 1, size)):
-        pad = tuple(k // 2 for k in kernel)
-        out = torch.nn.functional.max_pool3d(out, kernel, stride=1, padding=pad)
-    return out[0, 0] > 0

@@ -54,3 +54,13 @@ def winding_numbers(
         r3 = r2 * r2.sqrt()
         out[start : start + len(q)] = torch.where(r3 > 0, dot / r3, 0.0).sum(1)
     return out
+
+
+def nearest_side(x: Tensor, points: Tensor, normals: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """(distances [C, k] to the k nearest of points [P, 3], nearest first; side [C]: the
+    mean of (x - p) . n over them, negative behind the surface) at each of x [C, 3]. The
+    local counterpart of the winding number: cheap, right near a smooth surface, wrong near
+    concave creases (a far query's nearest points can lie on a face it is behind)."""
+    distance, nearest = nearest_points(x, points, k)  # [C, k]
+    side = ((x[:, None] - points[nearest]) * normals[nearest]).sum(dim=2).mean(dim=1)
+    return distance, side
