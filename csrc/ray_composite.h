@@ -1,6 +1,7 @@
-// Shared per-ray math of front-to-back compositing over packed samples (grid::composite_rays,
-// grid::composite_rays_backward and grid::ray_weights; csrc/cpu/composite_rays.cpp and
-// csrc/cuda/composite_rays.cu run one ray per thread through these functions). Host and device.
+// Per-ray math of front-to-back compositing over packed samples (grid::composite_rays,
+// grid::composite_rays_backward and grid::ray_weights): csrc/cpu/composite_rays.cpp runs one ray
+// per thread through these functions; csrc/cuda/composite_rays.cu computes the same with one
+// warp per ray (ray_segment, exp_ and expm1_ are shared with it). Host and device.
 //
 // Ray r owns the samples [offsets[r], offsets[r + 1]) of the packed list, front to back. Sample i
 // has optical thickness tau_i (density times the length of its step), opacity

@@ -51,6 +51,7 @@ from grid._boxes import check_inside, lattice
 from grid.contraction import CONTRACTED_BOUNDS, KINDS
 from grid.voxel_grid import _replace_data
 
+from .linear import Linear
 from .render import SampleCapacity, positional_encoding, render_fused, render_outputs
 from .unbounded import render_contracted
 
@@ -156,12 +157,12 @@ def color_mlp(
     """The colour MLP: [features, PE(view direction) with `view_frequencies`] -> 3 raw
     colours (before the sigmoid), two hidden ReLU layers of `hidden`, output bias zero."""
     view_dim = 3 * (1 + 2 * view_frequencies)
-    mlp = nn.Sequential(
-        nn.Linear(features + view_dim, hidden),
+    mlp = nn.Sequential(  # bias gradients as products (train/nerf/linear.py)
+        Linear(features + view_dim, hidden),
         nn.ReLU(inplace=True),
-        nn.Linear(hidden, hidden),
+        Linear(hidden, hidden),
         nn.ReLU(inplace=True),
-        nn.Linear(hidden, 3),
+        Linear(hidden, 3),
     ).to(device)
     nn.init.zeros_(mlp[-1].bias)
     return mlp
