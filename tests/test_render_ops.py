@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 
 import grid
 from grid import reference
@@ -161,13 +162,11 @@ def test_march_samples_are_constants_for_autograd():
 # ---- composite_rays and ray_weights ---------------------------------------------------------
 
 
-def packed(
-    n_rays: int, channels: int, dtype, device, seed: int = 0, pad: int = 5, longest: int = 11
-):
-    """Random packed samples: rays of 0 to `longest` samples (some opaque), then `pad`
-    padding samples outside every ray."""
+def packed(n_rays: int, channels: int, dtype, device, seed: int = 0, pad: int = 5):
+    """Random packed samples: rays of 0 to 11 samples (some opaque), then `pad` padding
+    samples outside every ray."""
     gen = torch.Generator().manual_seed(seed)
-    counts = torch.randint(0, longest + 1, (n_rays,), generator=gen)
+    counts = torch.randint(0, 12, (n_rays,), generator=gen)
     if n_rays > 3:
         counts[0] = counts[3] = 0
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
@@ -222,15 +221,18 @@ def test_long_rays_match_the_reference(device, dtype):
     """Rays longer than a CUDA warp's 32 lanes (one chunk of samples at a time, the
     transmittance carried from chunk to chunk), of exactly 32 and 64 samples among them,
     thin enough that light reaches their ends."""
-    tau, colors, t, offsets = packed(30, 3, dtype, device, seed=5, longest=150)
-    counts = offsets.diff()
+    gen = torch.Generator().manual_seed(5)
+    counts = torch.randint(0, 151, (30,), generator=gen)
     counts[1], counts[2] = 32, 64
-    offsets = torch.cat([offsets[:1], counts.cumsum(0)])
-    s = int(offsets[-1]) + 5
-    tau = (torch.rand(s, dtype=dtype, device=device) * 0.05).requires_grad_()
-    colors = torch.rand(s, 3, dtype=dtype, device=device).requires_grad_()
-    t = torch.rand(s, dtype=dtype, device=device).requires_grad_()
-    bg = torch.rand(3, dtype=dtype, device=device)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(device)
+    s = int(offsets[-1]) + 5  # and 5 padding samples
+
+    def draw(*shape: int) -> Tensor:
+        return torch.rand(shape, generator=gen, dtype=dtype).to(device)
+
+    tau = (draw(s) * 0.05).requires_grad_()
+    colors, t = draw(s, 3).requires_grad_(), draw(s).requires_grad_()
+    bg = draw(3)
     got = grid.composite_rays(tau, colors, t, offsets, bg)
     cpu = [x.detach().cpu().double().requires_grad_() for x in (tau, colors, t)]
     want = reference.composite_rays(*cpu, offsets.cpu(), bg.cpu().double())
@@ -238,7 +240,7 @@ def test_long_rays_match_the_reference(device, dtype):
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a.cpu().double(), b.detach(), **tol)
     assert 0.9 < want[2].max() < 0.99  # long rays, and light reaches the end of each
-    grads = [torch.randn(x.shape, dtype=torch.float64) for x in want]
+    grads = [torch.randn(x.shape, generator=gen, dtype=torch.float64) for x in want]
     got_g = torch.autograd.grad(got, (tau, colors, t), [g.to(device, dtype) for g in grads])
     want_g = torch.autograd.grad(want, cpu, grads)
     for a, b in zip(got_g, want_g, strict=True):
