@@ -135,8 +135,8 @@ struct CompositeTensors {  // contiguous copies, alive until the loops or kernel
 };
 
 inline CompositeTensors composite_tensors(const at::Tensor& tau, const at::Tensor& colors,
-                                   const at::Tensor& t, const at::Tensor& offsets,
-                                   const std::optional<at::Tensor>& background) {
+                                          const at::Tensor& t, const at::Tensor& offsets,
+                                          const std::optional<at::Tensor>& background) {
   CompositeTensors k{tau.contiguous(), colors.contiguous(), t.contiguous(), offsets.contiguous()};
   std::tie(k.background, k.bg_stride) = background_rows(background);
   return k;

@@ -1,7 +1,8 @@
 // Per-ray math of front-to-back compositing over packed samples (grid::composite_rays,
 // grid::composite_rays_backward and grid::ray_weights): csrc/cpu/composite_rays.cpp runs one ray
 // per thread through these functions; csrc/cuda/composite_rays.cu computes the same with one
-// warp per ray (ray_segment, exp_ and expm1_ are shared with it). Host and device.
+// warp per ray (ray_segment, exp_, expm1_, write_ray_outputs and dloss_dweight are shared with
+// it). Host and device.
 //
 // Ray r owns the samples [offsets[r], offsets[r + 1]) of the packed list, front to back. Sample i
 // has optical thickness tau_i (density times the length of its step), opacity
@@ -59,6 +60,25 @@ struct CompositeArgs {
   int64_t S, C;
 };
 
+// Ray r's outputs from its sums over channels [c0, c0 + kChunk) (those below C): rgb =
+// col + (1 - acc) background, and with c0 == 0 its depth and opacity.
+template <typename scalar_t, typename acc_t, int kChunk>
+GRID_HD void write_ray_outputs(const CompositeArgs<scalar_t>& a, int64_t r, int64_t c0,
+                               const acc_t (&col)[kChunk], acc_t acc, acc_t dep, scalar_t* rgb,
+                               scalar_t* depth, scalar_t* acc_out) {
+  const scalar_t* bg = a.background ? a.background + r * a.bg_stride + c0 : nullptr;
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) {
+    if (c0 + k >= a.C) break;
+    const acc_t b = bg ? static_cast<acc_t>(bg[k]) : acc_t(0);
+    rgb[r * a.C + c0 + k] = static_cast<scalar_t>(col[k] + (1 - acc) * b);
+  }
+  if (c0 == 0) {
+    depth[r] = static_cast<scalar_t>(dep);
+    acc_out[r] = static_cast<scalar_t>(acc);
+  }
+}
+
 // Forward of ray r: rgb [C] (row r), depth and acc.
 template <typename scalar_t>
 GRID_HD void composite_ray(const CompositeArgs<scalar_t>& a, int64_t r, scalar_t* rgb,
@@ -80,17 +100,7 @@ GRID_HD void composite_ray(const CompositeArgs<scalar_t>& a, int64_t r, scalar_t
       if (c0 == 0) dep += w * static_cast<acc_t>(a.t[i]);
       T *= exp_(-tau);
     }
-    const scalar_t* bg = a.background ? a.background + r * a.bg_stride + c0 : nullptr;
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      if (c0 + k >= a.C) break;
-      const acc_t b = bg ? static_cast<acc_t>(bg[k]) : acc_t(0);
-      rgb[r * a.C + c0 + k] = static_cast<scalar_t>(col[k] + (1 - acc) * b);
-    }
-    if (c0 == 0) {
-      depth[r] = static_cast<scalar_t>(dep);
-      acc_out[r] = static_cast<scalar_t>(acc);
-    }
+    write_ray_outputs(a, r, c0, col, acc, dep, rgb, depth, acc_out);
   }
 }
 
@@ -109,13 +119,29 @@ GRID_HD void ray_weights_of(const scalar_t* tau, const int64_t* offsets, int64_t
   }
 }
 
-// The incoming gradients of one ray's outputs.
+// The incoming gradients of the rays' outputs.
 template <typename scalar_t>
 struct CompositeGrads {
   const scalar_t* rgb;    // [R, C]
   const scalar_t* depth;  // [R]
   const scalar_t* acc;    // [R]
 };
+
+// dL/dw_i of sample i of ray r: <grad rgb, c_i - background> + grad depth * t_i + grad acc.
+template <typename scalar_t, typename acc_t = acc_type<scalar_t>>
+GRID_HD acc_t dloss_dweight(const CompositeArgs<scalar_t>& a, const CompositeGrads<scalar_t>& g,
+                            int64_t r, int64_t i) {
+  const scalar_t* g_rgb = g.rgb + r * a.C;
+  const scalar_t* bg = a.background ? a.background + r * a.bg_stride : nullptr;
+  const scalar_t* c = a.colors + i * a.C;
+  acc_t s =
+      static_cast<acc_t>(g.acc[r]) + static_cast<acc_t>(g.depth[r]) * static_cast<acc_t>(a.t[i]);
+  for (int64_t k = 0; k < a.C; ++k) {
+    const acc_t b = bg ? static_cast<acc_t>(bg[k]) : acc_t(0);
+    s += static_cast<acc_t>(g_rgb[k]) * (static_cast<acc_t>(c[k]) - b);
+  }
+  return s;
+}
 
 // Backward of ray r: grad_tau [S], grad_colors [S, C], grad_t [S] over its samples (each may be
 // nullptr: not asked for). Samples outside every ray are left alone (the caller zeroes them).
@@ -127,27 +153,13 @@ GRID_HD void composite_ray_backward(const CompositeArgs<scalar_t>& a,
   int64_t begin, end;
   ray_segment(a.offsets, r, a.S, begin, end);
   const scalar_t* g_rgb = g.rgb + r * a.C;
-  const acc_t g_depth = static_cast<acc_t>(g.depth[r]), g_acc = static_cast<acc_t>(g.acc[r]);
-  const scalar_t* bg = a.background ? a.background + r * a.bg_stride : nullptr;
-  // dL/dw_i = <grad rgb, c_i - background> + grad depth * t_i + grad acc
-  const auto dloss_dw = [&](int64_t i) {
-    acc_t s = g_acc;
-    if (grad_tau != nullptr) {  // the colours and depths matter for the thickness only
-      s += g_depth * static_cast<acc_t>(a.t[i]);
-      const scalar_t* c = a.colors + i * a.C;
-      for (int64_t k = 0; k < a.C; ++k) {
-        const acc_t b = bg ? static_cast<acc_t>(bg[k]) : acc_t(0);
-        s += static_cast<acc_t>(g_rgb[k]) * (static_cast<acc_t>(c[k]) - b);
-      }
-    }
-    return s;
-  };
+  const acc_t g_depth = static_cast<acc_t>(g.depth[r]);
   acc_t total = 0;
-  if (grad_tau != nullptr) {
+  if (grad_tau != nullptr) {  // dL/dw matters for the thickness only
     acc_t T = 1;
     for (int64_t i = begin; i < end; ++i) {
       const acc_t x = static_cast<acc_t>(a.tau[i]);
-      total += -expm1_(-x) * T * dloss_dw(i);
+      total += -expm1_(-x) * T * dloss_dweight(a, g, r, i);
       T *= exp_(-x);
     }
   }
@@ -156,7 +168,7 @@ GRID_HD void composite_ray_backward(const CompositeArgs<scalar_t>& a,
     const acc_t x = static_cast<acc_t>(a.tau[i]);
     const acc_t w = -expm1_(-x) * T, T_next = T * exp_(-x);
     if (grad_tau != nullptr) {
-      const acc_t gw = dloss_dw(i);
+      const acc_t gw = dloss_dweight(a, g, r, i);
       prefix += w * gw;
       grad_tau[i] = static_cast<scalar_t>(T_next * gw - (total - prefix));
     }

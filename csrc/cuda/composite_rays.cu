@@ -101,18 +101,7 @@ __global__ void __launch_bounds__(kRayThreads)
     for (int k = 0; k < kChunk; ++k) col[k] = warp_sum(col[k]);
     acc = warp_sum(acc);
     dep = warp_sum(dep);
-    if (lane != 0) continue;
-    const scalar_t* bg = a.background ? a.background + r * a.bg_stride + c0 : nullptr;
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      if (c0 + k >= a.C) break;
-      const acc_t b = bg ? static_cast<acc_t>(bg[k]) : acc_t(0);
-      rgb[r * a.C + c0 + k] = static_cast<scalar_t>(col[k] + (1 - acc) * b);
-    }
-    if (c0 == 0) {
-      depth[r] = static_cast<scalar_t>(dep);
-      acc_out[r] = static_cast<scalar_t>(acc);
-    }
+    if (lane == 0) write_ray_outputs(a, r, c0, col, acc, dep, rgb, depth, acc_out);
   }
 }
 
@@ -130,25 +119,14 @@ __global__ void __launch_bounds__(kRayThreads)
   int64_t begin, end;
   ray_segment(a.offsets, r, a.S, begin, end);
   const scalar_t* g_rgb = g.rgb + r * a.C;
-  const acc_t g_depth = static_cast<acc_t>(g.depth[r]), g_acc = static_cast<acc_t>(g.acc[r]);
-  const scalar_t* bg = a.background ? a.background + r * a.bg_stride : nullptr;
-  // dL/dw_i = <grad rgb, c_i - background> + grad depth * t_i + grad acc
-  const auto dloss_dw = [&](int64_t i) {
-    acc_t s = g_acc + g_depth * static_cast<acc_t>(a.t[i]);
-    const scalar_t* c = a.colors + i * a.C;
-    for (int64_t k = 0; k < a.C; ++k) {
-      const acc_t b = bg ? static_cast<acc_t>(bg[k]) : acc_t(0);
-      s += static_cast<acc_t>(g_rgb[k]) * (static_cast<acc_t>(c[k]) - b);
-    }
-    return s;
-  };
+  const acc_t g_depth = static_cast<acc_t>(g.depth[r]);
   acc_t total = 0;
   if (grad_tau != nullptr) {  // the colours and depths matter for the thickness only
     acc_t carry = 0;
     for (int64_t base = begin; base < end; base += kWarp) {
       const int64_t i = base + lane;
       const Chunk<acc_t> s = chunk_at(a.tau, i, end, lane, carry);
-      if (i < end) total += s.w * dloss_dw(i);
+      if (i < end) total += s.w * dloss_dweight(a, g, r, i);
     }
     total = warp_sum(total);
   }
@@ -157,7 +135,7 @@ __global__ void __launch_bounds__(kRayThreads)
     const int64_t i = base + lane;
     const Chunk<acc_t> s = chunk_at(a.tau, i, end, lane, carry);
     if (grad_tau != nullptr) {
-      const acc_t gw = i < end ? dloss_dw(i) : acc_t(0);
+      const acc_t gw = i < end ? dloss_dweight(a, g, r, i) : acc_t(0);
       const acc_t inclusive = prefix + warp_inclusive_sum(s.w * gw, lane);
       prefix = __shfl_sync(kAll, inclusive, kWarp - 1);
       if (i < end) grad_tau[i] = static_cast<scalar_t>(s.after * gw - (total - inclusive));

@@ -196,8 +196,7 @@ std::tuple<at::Tensor, at::Tensor> sample_backward_cuda(
       const auto launch = [&](auto fc, auto kv) {
         constexpr auto kernel =
             sample_backward_small_f_kernel<decltype(fc)::value, decltype(kv)::value,
-                                           decltype(kf)::value, decltype(kp)::value, true,
-                                           int32_t>;
+                                           decltype(kf)::value, decltype(kp)::value, true, int32_t>;
         prefer_l1<kernel>();
         kernel<<<one_pass_blocks(N), kThreads, 0, stream>>>(
             grad_out.data_ptr<float>(), features.data_ptr<float>(), points.data_ptr<float>(),
