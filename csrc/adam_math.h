@@ -16,7 +16,7 @@ namespace grid {
 enum class WeightDecay { kNone, kL2, kDecoupled };
 
 // The hyperparameters of one step, in the accumulation type of the parameter. Derived in double
-// from the Python numbers on the host (make_adam_step), as torch.optim.Adam derives them.
+// from the numbers of the step (make_adam_step), as torch.optim.Adam derives them.
 template <typename acc_t>
 struct AdamStep {
   acc_t lerp_coeff;     // exp_avg.lerp_(grad, w), w = 1 - beta1: w, or w - 1 when |w| >= 0.5
@@ -30,23 +30,43 @@ struct AdamStep {
   acc_t decay;          // kDecoupled: param * (1 - lr * weight_decay)
 };
 
+// The numbers of one step. lr and step are host numbers, or (grid.masked_adam_.tensor) read
+// from one-element float32 / float64 tensors where the update runs: on a GPU nothing is read
+// back to the host, so a CUDA graph can capture the step and replay it with new values.
+struct AdamScalars {
+  double lr, beta1, beta2, eps, weight_decay, step;
+  const void* lr_ptr = nullptr;  // set: lr is read from here, a double or a float
+  bool lr_double = false;
+  const void* step_ptr = nullptr;  // set: step is read from here
+  bool step_double = false;
+
+  GRID_HD double lr_value() const { return value_at(lr_ptr, lr_double, lr); }
+  GRID_HD double step_value() const { return value_at(step_ptr, step_double, step); }
+
+ private:
+  GRID_HD static double value_at(const void* p, bool is_double, double number) {
+    if (p == nullptr) return number;
+    return is_double ? *static_cast<const double*>(p) : *static_cast<const float*>(p);
+  }
+};
+
 template <typename acc_t>
-AdamStep<acc_t> make_adam_step(double lr, double beta1, double beta2, double eps,
-                               double weight_decay, int64_t step) {
-  const double w1 = 1.0 - beta1;
-  const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-  const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+GRID_HD AdamStep<acc_t> make_adam_step(const AdamScalars& a) {
+  const double lr = a.lr_value(), step = a.step_value();
+  const double w1 = 1.0 - a.beta1;
+  const double bias1 = 1.0 - ::pow(a.beta1, step);
+  const double bias2 = 1.0 - ::pow(a.beta2, step);
   AdamStep<acc_t> s;
   const acc_t w = static_cast<acc_t>(w1);
-  s.lerp_small = std::abs(w) < acc_t(0.5);
+  s.lerp_small = w < acc_t(0.5) && w > acc_t(-0.5);
   s.lerp_coeff = s.lerp_small ? w : w - acc_t(1);
-  s.beta2 = static_cast<acc_t>(beta2);
-  s.sq_weight = static_cast<acc_t>(1.0 - beta2);
+  s.beta2 = static_cast<acc_t>(a.beta2);
+  s.sq_weight = static_cast<acc_t>(1.0 - a.beta2);
   s.neg_step_size = static_cast<acc_t>(-(lr / bias1));
-  s.bias2_sqrt = static_cast<acc_t>(std::sqrt(bias2));
-  s.eps = static_cast<acc_t>(eps);
-  s.weight_decay = static_cast<acc_t>(weight_decay);
-  s.decay = static_cast<acc_t>(1.0 - lr * weight_decay);
+  s.bias2_sqrt = static_cast<acc_t>(::sqrt(bias2));
+  s.eps = static_cast<acc_t>(a.eps);
+  s.weight_decay = static_cast<acc_t>(a.weight_decay);
+  s.decay = static_cast<acc_t>(1.0 - lr * a.weight_decay);
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "adam_math.h"
 #include "trilinear_math.h"
 
 namespace grid {
@@ -220,9 +221,8 @@ inline bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 // exp_avg, exp_avg_sq and grad exactly like it (dtype, device, shape and strides); the
 // hyperparameters in the ranges torch.optim.Adam accepts, eps > 0 and step >= 1.
 inline void check_masked_adam_args(const at::Tensor& param, const at::Tensor& exp_avg,
-                                   const at::Tensor& exp_avg_sq, const at::Tensor& grad, double lr,
-                                   double beta1, double beta2, double eps, double weight_decay,
-                                   int64_t step) {
+                                   const at::Tensor& exp_avg_sq, const at::Tensor& grad,
+                                   const AdamScalars& a) {
   const char* op = "grid.masked_adam_";
   TORCH_CHECK(is_float(param), op,
               ": param: expected a floating-point tensor (float16, bfloat16, float32 or "
@@ -246,12 +246,30 @@ inline void check_masked_adam_args(const at::Tensor& param, const at::Tensor& ex
     TORCH_CHECK(same_layout(*t, param), op, ": ", name, ": expected the strides of param ",
                 param.strides(), ", got ", t->strides());
   }
-  TORCH_CHECK(lr >= 0, op, ": lr: expected a number >= 0, got ", lr);
-  TORCH_CHECK(beta1 >= 0 && beta1 < 1, op, ": beta1: expected a number in [0, 1), got ", beta1);
-  TORCH_CHECK(beta2 >= 0 && beta2 < 1, op, ": beta2: expected a number in [0, 1), got ", beta2);
-  TORCH_CHECK(eps > 0, op, ": eps: expected a number > 0, got ", eps);
-  TORCH_CHECK(weight_decay >= 0, op, ": weight_decay: expected a number >= 0, got ", weight_decay);
-  TORCH_CHECK(step >= 1, op, ": step: expected an integer >= 1 (the step being taken), got ", step);
+  TORCH_CHECK(a.beta1 >= 0 && a.beta1 < 1, op, ": beta1: expected a number in [0, 1), got ",
+              a.beta1);
+  TORCH_CHECK(a.beta2 >= 0 && a.beta2 < 1, op, ": beta2: expected a number in [0, 1), got ",
+              a.beta2);
+  TORCH_CHECK(a.eps > 0, op, ": eps: expected a number > 0, got ", a.eps);
+  TORCH_CHECK(a.weight_decay >= 0, op, ": weight_decay: expected a number >= 0, got ",
+              a.weight_decay);
+  // Values held on a GPU (lr_ptr, step_ptr) are not read back here: that would synchronise.
+  if (a.lr_ptr == nullptr) TORCH_CHECK(a.lr >= 0, op, ": lr: expected a number >= 0, got ", a.lr);
+  if (a.step_ptr == nullptr)
+    TORCH_CHECK(a.step >= 1, op, ": step: expected a number >= 1 (the step being taken), got ",
+                a.step);
+}
+
+// lr or step of grid.masked_adam_.tensor: one float32 or float64 value on param's device.
+inline void check_adam_scalar_tensor(const char* name, const at::Tensor& t,
+                                     const at::Tensor& param) {
+  const char* op = "grid.masked_adam_";
+  TORCH_CHECK(t.numel() == 1, op, ": ", name, ": expected a tensor of one value, got shape ",
+              t.sizes());
+  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, op, ": ", name,
+              ": expected a float32 or float64 tensor, got ", t.scalar_type());
+  TORCH_CHECK(t.device() == param.device(), op, ": ", name, ": expected a tensor on ",
+              param.device(), " like param, got ", t.device());
 }
 
 // Output shape of sample: points [..., 3] -> [..., F].

@@ -89,6 +89,12 @@ TORCH_LIBRARY(grid, m) {
       "masked_adam_(Tensor(a!) param, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, Tensor grad, "
       "float lr, float beta1, float beta2, float eps, float weight_decay, "
       "bool decoupled_weight_decay, int step) -> ()");
+  // The same with lr and step as one-value float32 / float64 tensors on param's device, read by
+  // the kernel: capturable in a CUDA graph (grid.MaskedAdam(capturable=True)).
+  m.def(
+      "masked_adam_.tensor(Tensor(a!) param, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, "
+      "Tensor grad, Tensor lr, float beta1, float beta2, float eps, float weight_decay, "
+      "bool decoupled_weight_decay, Tensor step) -> ()");
 }
 
 // Lets `import grid._C` load the library (which registers the ops above) as a Python module.

@@ -28,6 +28,7 @@ _SAMPLE_ENTRY = _entry_point(_SAMPLE)
 _TRILINEAR = torch.ops.grid.trilinear.default
 _TRILINEAR_ENTRY = _entry_point(_TRILINEAR)
 _MASKED_ADAM = torch.ops.grid.masked_adam_.default
+_MASKED_ADAM_TENSOR = torch.ops.grid.masked_adam_.tensor
 
 
 def trilinear(corners: Tensor, local: Tensor) -> Tensor:
@@ -157,13 +158,13 @@ def masked_adam_(
     exp_avg_sq: Tensor,
     grad: Tensor,
     *,
-    lr: float,
+    lr: float | Tensor,
     beta1: float,
     beta2: float,
     eps: float,
     weight_decay: float = 0.0,
     decoupled_weight_decay: bool = False,
-    step: int,
+    step: int | Tensor,
 ) -> None:
     """One Adam step on the elements whose gradient is non-zero, in place, in one pass.
 
@@ -178,26 +179,37 @@ def masked_adam_(
         param, exp_avg, exp_avg_sq: [...] updated in place; a dense tensor (any strides
             without gaps or overlaps) and its two moments laid out like it.
         grad: [...] like param (dtype, device, shape, strides).
-        lr: learning rate (>= 0). beta1, beta2: in [0, 1). eps: > 0.
+        lr: learning rate (>= 0): a number, or a one-value float32 / float64 tensor on
+            param's device (see below).
+        beta1, beta2: in [0, 1). eps: > 0.
         weight_decay: >= 0; L2 (added to the gradient, torch.optim.Adam's default), or with
             `decoupled_weight_decay` the parameter shrunk by `1 - lr * weight_decay` first
             (AdamW); either only where the gradient is non-zero.
         step: the step being taken, counted from 1 (Adam's `state["step"]` after its
-            increment).
+            increment): a number, or a one-value float32 / float64 tensor on param's device.
+
+    With `lr` or `step` a tensor (the op `grid::masked_adam_.tensor`; a number beside it is
+    made a tensor) the kernel reads them where it runs: on a GPU nothing goes back to the
+    host, so the call can be captured in a CUDA graph and replayed as the tensors change
+    (`grid.MaskedAdam(capturable=True)`). Their values are then not checked on a GPU (that
+    would synchronise): lr < 0 or step < 1 gives a wrong or non-finite update.
     """
+    if isinstance(lr, Tensor) or isinstance(step, Tensor):
+        lr, step = (
+            x
+            if isinstance(x, Tensor)
+            else torch.full((), x, dtype=torch.float64, device=param.device)
+            for x in (lr, step)
+        )
+        _MASKED_ADAM_TENSOR(
+            param, exp_avg, exp_avg_sq, grad, lr, float(beta1), float(beta2), float(eps),
+            float(weight_decay), bool(decoupled_weight_decay), step,
+        )  # fmt: skip
+        return
     _MASKED_ADAM(
-        param,
-        exp_avg,
-        exp_avg_sq,
-        grad,
-        float(lr),
-        float(beta1),
-        float(beta2),
-        float(eps),
-        float(weight_decay),
-        bool(decoupled_weight_decay),
-        int(step),
-    )
+        param, exp_avg, exp_avg_sq, grad, float(lr), float(beta1), float(beta2), float(eps),
+        float(weight_decay), bool(decoupled_weight_decay), int(step),
+    )  # fmt: skip
 
 
 # ---- shape rules (also what torch.compile traces) ----------------------------------
@@ -369,8 +381,45 @@ def _masked_adam_fake(
     decoupled_weight_decay: bool,
     step: int,
 ) -> None:
+    _check_masked_adam_tensors(
+        param, (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq), ("grad", grad))
+    )
+    return None
+
+
+@torch.library.register_fake("grid::masked_adam_.tensor")
+def _masked_adam_tensor_fake(
+    param: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    grad: Tensor,
+    lr: Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    step: Tensor,
+) -> None:
+    _check_masked_adam_tensors(
+        param, (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq), ("grad", grad))
+    )
+    for name, t in (("lr", lr), ("step", step)):
+        torch._check(
+            t.numel() == 1
+            and t.dtype in (torch.float32, torch.float64)
+            and t.device == param.device,
+            lambda t=t, name=name: (
+                f"{name}: expected one float32 or float64 value on {param.device} like param, "
+                f"got shape {list(t.shape)}, {t.dtype} on {t.device}"
+            ),
+        )
+    return None
+
+
+def _check_masked_adam_tensors(param: Tensor, others: tuple[tuple[str, Tensor], ...]) -> None:
     _check_float("param", param)
-    for name, t in (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq), ("grad", grad)):
+    for name, t in others:
         torch._check(
             t.dtype == param.dtype and t.device == param.device,
             lambda t=t, name=name: (
@@ -384,7 +433,6 @@ def _masked_adam_fake(
                 f"{name}: expected shape {list(param.shape)} like param, got {list(t.shape)}"
             ),
         )
-    return None
 
 
 def _total_variation_dtype(features: Tensor) -> torch.dtype:

@@ -64,6 +64,11 @@ class MaskedAdam(torch.optim.Optimizer):
             before the update (`AdamW`); in both cases only where the gradient is non-zero.
         skip_zero_grad: True: the masked update above; False: `torch.optim.Adam`'s update of
             every element (see above).
+        capturable: as `torch.optim.Adam`'s: the step counts live on the parameters'
+            device and the learning rate may be a 0-dim tensor there (filled in place to
+            change it), so that `step()` reads nothing back to the host and can be captured
+            in a CUDA graph (`torch.cuda.graphs`) and replayed. The masked groups then call
+            `grid.masked_adam_` with tensor arguments; the others torch's capturable Adam.
 
     Not supported: amsgrad, maximize, sparse gradients, complex parameters, parameters on
     more than one device (make one optimizer per device). `state_dict()` holds the same
@@ -81,6 +86,7 @@ class MaskedAdam(torch.optim.Optimizer):
         *,
         decoupled_weight_decay: bool = False,
         skip_zero_grad: bool = True,
+        capturable: bool = False,
     ) -> None:
         defaults = {
             "lr": lr,
@@ -89,6 +95,7 @@ class MaskedAdam(torch.optim.Optimizer):
             "weight_decay": weight_decay,
             "decoupled_weight_decay": decoupled_weight_decay,
             "skip_zero_grad": skip_zero_grad,
+            "capturable": capturable,
         }
         _check_options(defaults)
         super().__init__(params, defaults)
@@ -100,6 +107,7 @@ class MaskedAdam(torch.optim.Optimizer):
         for group in self.param_groups:
             group.setdefault("decoupled_weight_decay", False)
             group.setdefault("skip_zero_grad", True)
+            group.setdefault("capturable", False)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As `torch.optim.Optimizer.add_param_group`, and checks the group's options and
@@ -137,6 +145,9 @@ class MaskedAdam(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
+            capturable, lr = group["capturable"], group["lr"]
+            if isinstance(lr, Tensor) and not capturable:
+                lr = lr.item()  # torch's foreach Adam takes a tensor only when capturable
             every = []  # (param, grad, state) of a skip_zero_grad=False group
             for p in group["params"]:
                 if p.grad is None:
@@ -153,6 +164,11 @@ class MaskedAdam(torch.optim.Optimizer):
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                # the step count on the device when capturable, on the host otherwise (a
+                # loaded state may hold either)
+                home = p.device if capturable else torch.device("cpu")
+                if state["step"].device != home:
+                    state["step"] = state["step"].to(home, torch.float32)
                 if not group["skip_zero_grad"]:
                     every.append((p, grad, state))
                     continue
@@ -162,13 +178,13 @@ class MaskedAdam(torch.optim.Optimizer):
                     state["exp_avg"],
                     state["exp_avg_sq"],
                     _like(grad, p),
-                    lr=group["lr"],
+                    lr=lr,
                     beta1=beta1,
                     beta2=beta2,
                     eps=group["eps"],
                     weight_decay=group["weight_decay"],
                     decoupled_weight_decay=group["decoupled_weight_decay"],
-                    step=int(state["step"].item()),
+                    step=state["step"] if capturable else int(state["step"].item()),
                 )
             if every:
                 params, grads, states = zip(*every, strict=True)
@@ -179,11 +195,12 @@ class MaskedAdam(torch.optim.Optimizer):
                     [s["exp_avg_sq"] for s in states],
                     [],
                     [s["step"] for s in states],
+                    capturable=capturable and params[0].device.type != "cpu",
                     decoupled_weight_decay=group["decoupled_weight_decay"],
                     amsgrad=False,
                     beta1=beta1,
                     beta2=beta2,
-                    lr=group["lr"],
+                    lr=lr,
                     weight_decay=group["weight_decay"],
                     eps=group["eps"],
                     maximize=False,
@@ -199,7 +216,15 @@ def _check_options(group: dict[str, Any]) -> None:
             raise ValueError(f"MaskedAdam: {name}: expected a number, got {value!r}")
         return float(value)
 
-    if number("lr", group["lr"]) < 0:
+    lr = group["lr"]
+    if isinstance(lr, Tensor):  # a capturable run's learning rate, filled in place
+        if lr.numel() != 1 or lr.dtype not in (torch.float32, torch.float64):
+            raise ValueError(
+                f"MaskedAdam: lr: expected a number or a one-value float32 / float64 tensor, "
+                f"got a {lr.dtype} tensor of shape {list(lr.shape)}"
+            )
+        lr = lr.item()
+    if number("lr", lr) < 0:
         raise ValueError(f"MaskedAdam: lr: expected a number >= 0, got {group['lr']!r}")
     betas = group["betas"]
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
@@ -213,7 +238,7 @@ def _check_options(group: dict[str, Any]) -> None:
         raise ValueError(
             f"MaskedAdam: weight_decay: expected a number >= 0, got {group['weight_decay']!r}"
         )
-    for name in ("decoupled_weight_decay", "skip_zero_grad"):
+    for name in ("decoupled_weight_decay", "skip_zero_grad", "capturable"):
         if not isinstance(group[name], bool):
             raise ValueError(f"MaskedAdam: {name}: expected True or False, got {group[name]!r}")
 

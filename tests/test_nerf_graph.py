@@ -41,7 +41,6 @@ def nerf_config(scene: Path, *extra: str):
 def test_on_is_refused_where_the_steps_cannot_be_captured():
     base = ["experiment=nerf", "train.cuda_graph=on"]
     for extra, reason in (
-        ("nerf.optimizer=masked_adam", "masked_adam' counts its steps on the host"),
         ("grid.backend=grid_sample", "the torch renderer reads the sample counts back"),
         ("nerf.renderer=torch", "the torch renderer reads the sample counts back"),
     ):
@@ -49,6 +48,7 @@ def test_on_is_refused_where_the_steps_cannot_be_captured():
             load_config(None, [*base, extra])
         assert graph_problem(load_config(None, [*base[:1], extra])) is not None
     assert graph_problem(load_config(None, base)) is None  # the default nerf config can
+    assert graph_problem(load_config(None, [*base, "nerf.optimizer=masked_adam"])) is None
 
 
 # ---- the buffer plan -------------------------------------------------------------------------
@@ -123,14 +123,17 @@ def run_steps(config, captured: bool, steps: int = 40):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fit_box", [False, True])
-def test_captured_nerf_steps_match_eager_steps(scene, fit_box):
+@pytest.mark.parametrize(
+    "fit_box, optimizer", [(False, "adam"), (True, "adam"), (False, "masked_adam")]
+)
+def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
     """Same random batches, same updates: the captured steps (re-captured at the upsample)
     and the measuring steps between them follow the eager run to the float rounding of the
     atomic grid gradients."""
     config = nerf_config(
         scene,
         "device=cuda",
+        f"nerf.optimizer={optimizer}",
         "nerf.occupancy_start=10",
         "nerf.occupancy_every=10",
         "train.upsample_steps=[20]",
@@ -191,10 +194,11 @@ def test_jitter_is_drawn_from_the_runs_generator(scene):
     assert torch.equal(states[1], states[2]) and not torch.equal(states[0], states[1])
 
 
-def test_a_captured_runs_optimiser_resumes_op_by_op_on_the_cpu(scene):
+@pytest.mark.parametrize("optimizer", ["adam", "masked_adam"])
+def test_a_captured_runs_optimiser_resumes_op_by_op_on_the_cpu(scene, optimizer):
     """What a captured CUDA run saves (capturable, fused, device learning rates) loads into
-    the CPU's Adam (`fit_optimizer`) and steps."""
-    config = nerf_config(scene)
+    the CPU's optimiser (`fit_optimizer`) and steps."""
+    config = nerf_config(scene, f"nerf.optimizer={optimizer}")
     runs = [NerfExperiment(config, CPU, torch.Generator().manual_seed(0), None) for _ in "ab"]
     for exp in runs:
         exp.begin_step(0)

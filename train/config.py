@@ -122,7 +122,7 @@ class TrainConfig:
     )
     cuda_graph: str = doc(
         "`auto` (steps captured as CUDA graphs on a CUDA device: one launch per step, "
-        "re-captured at each upsample; nerf: with the fused renderer and `adam`, the steps "
+        "re-captured at each upsample; nerf: with the fused renderer, the steps "
         "that measure the render's buffer sizes op by op), `on` (the same, an error off CUDA "
         "or for a nerf config that cannot) or `off` (op by op).",
         "auto",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from grid.optim import MaskedAdam
 from grid.voxel_grid import VoxelGrid
 
 if TYPE_CHECKING:
@@ -52,19 +53,24 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
             group["lr"] = value
 
 
-def fit_optimizer(optimizer: torch.optim.Adam, graphed: bool) -> None:
-    """Give a loaded Adam the flags, learning-rate type and step counters of the (fused)
-    optimiser `make_optimizer(..., graphed)` builds (`load_state_dict` takes them from the
-    saved groups): a checkpoint resumes in either mode, on either device."""
+def fit_optimizer(optimizer: torch.optim.Optimizer, graphed: bool) -> None:
+    """Give a loaded Adam or MaskedAdam the flags, learning-rate type and step counters of
+    the optimiser `make_optimizer(..., graphed)` builds (`load_state_dict` takes them from
+    the saved groups): a checkpoint resumes in either mode, on either device."""
+    masked = isinstance(optimizer, MaskedAdam)
     for group in optimizer.param_groups:
         device = group["params"][0].device
         lr = float(group["lr"])
         group["lr"] = torch.tensor(lr, dtype=torch.float32, device=device) if graphed else lr
-        group["capturable"], group["fused"], group["foreach"] = graphed, True, None
+        group["capturable"] = graphed
+        if not masked:
+            group["fused"], group["foreach"] = True, None
+        # fused Adam counts on the device; MaskedAdam there only when capturable
+        home = device if graphed or not masked else torch.device("cpu")
         for p in group["params"]:
             state = optimizer.state.get(p, {})
-            if isinstance(state.get("step"), Tensor):  # fused: float32, on the device
-                state["step"] = state["step"].to(dtype=torch.float32, device=device)
+            if isinstance(state.get("step"), Tensor):
+                state["step"] = state["step"].to(dtype=torch.float32, device=home)
 
 
 class GridSchedule:

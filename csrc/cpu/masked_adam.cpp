@@ -136,20 +136,19 @@ GRID_SIMD_CLONES void masked_adam_range(scalar_t* param, scalar_t* exp_avg, scal
   }
 }
 
-void masked_adam_cpu(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                     const at::Tensor& grad, double lr, double beta1, double beta2, double eps,
-                     double weight_decay, bool decoupled_weight_decay, int64_t step) {
-  check_masked_adam_args(param, exp_avg, exp_avg_sq, grad, lr, beta1, beta2, eps, weight_decay,
-                         step);
+void run_masked_adam_cpu(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                         const at::Tensor& grad, bool decoupled_weight_decay,
+                         const AdamScalars& a) {
+  check_masked_adam_args(param, exp_avg, exp_avg_sq, grad, a);
   const int64_t numel = param.numel();
   if (numel == 0) return;
-  const WeightDecay decay = weight_decay == 0        ? WeightDecay::kNone
+  const WeightDecay decay = a.weight_decay == 0      ? WeightDecay::kNone
                             : decoupled_weight_decay ? WeightDecay::kDecoupled
                                                      : WeightDecay::kL2;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, param.scalar_type(), "masked_adam", [&] {
         using acc_t = acc_type<scalar_t>;
-        const auto s = make_adam_step<acc_t>(lr, beta1, beta2, eps, weight_decay, step);
+        const auto s = make_adam_step<acc_t>(a);
         // Dense tensors of the same layout: element k of each sits k elements past its data pointer
         // in one and the same order, whatever the strides.
         scalar_t* p = param.data_ptr<scalar_t>();
@@ -171,10 +170,29 @@ void masked_adam_cpu(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg
       });
 }
 
+void masked_adam_cpu(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                     const at::Tensor& grad, double lr, double beta1, double beta2, double eps,
+                     double weight_decay, bool decoupled_weight_decay, int64_t step) {
+  run_masked_adam_cpu(param, exp_avg, exp_avg_sq, grad, decoupled_weight_decay,
+                      {lr, beta1, beta2, eps, weight_decay, static_cast<double>(step)});
+}
+
+// lr, step: [] tensors on the CPU, read here.
+void masked_adam_tensor_cpu(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                            const at::Tensor& grad, const at::Tensor& lr, double beta1,
+                            double beta2, double eps, double weight_decay,
+                            bool decoupled_weight_decay, const at::Tensor& step) {
+  check_adam_scalar_tensor("lr", lr, param);
+  check_adam_scalar_tensor("step", step, param);
+  run_masked_adam_cpu(param, exp_avg, exp_avg_sq, grad, decoupled_weight_decay,
+                      {lr.item<double>(), beta1, beta2, eps, weight_decay, step.item<double>()});
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(grid, CPU, m) {
   m.impl("masked_adam_", &masked_adam_cpu);
+  m.impl("masked_adam_.tensor", &masked_adam_tensor_cpu);
 }
 
 }  // namespace grid

@@ -6,6 +6,10 @@
 // included); otherwise it reads the three state vectors, updates the elements with a non-zero
 // gradient and writes the three vectors back. An untouched vector costs its gradient read only:
 // the sectors of the other three arrays are never fetched.
+//
+// The step's coefficients (make_adam_step) are derived on the host from host numbers; from the lr
+// and step tensors of grid.masked_adam_.tensor, by a one-thread kernel on the stream first, into a
+// small device buffer that each thread of the update reads (nothing goes back to the host).
 #include <torch/library.h>
 
 #include "adam_math.h"
@@ -16,6 +20,18 @@
 namespace grid {
 namespace {
 
+// The coefficients of one step: `value`, or, where `device` is set, the ones found there.
+template <typename acc_t>
+struct StepSource {
+  AdamStep<acc_t> value;
+  const AdamStep<acc_t>* device;
+};
+
+template <typename acc_t>
+__global__ void adam_step_kernel(const AdamScalars a, AdamStep<acc_t>* __restrict__ out) {
+  *out = make_adam_step<acc_t>(a);
+}
+
 template <typename scalar_t, int V, WeightDecay kDecay>
 __global__ void __launch_bounds__(kThreads)
     masked_adam_kernel(scalar_t* __restrict__ param,       // [numel]
@@ -23,8 +39,9 @@ __global__ void __launch_bounds__(kThreads)
                        scalar_t* __restrict__ exp_avg_sq,  // [numel]
                        const scalar_t* __restrict__ grad,  // [numel]
                        int64_t vectors,                    // numel / V
-                       const AdamStep<acc_type<scalar_t>> s) {
+                       const StepSource<acc_type<scalar_t>> source) {
   using acc_t = acc_type<scalar_t>;
+  const AdamStep<acc_t> s = source.device != nullptr ? *source.device : source.value;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += stride) {
     const int64_t o = i * V;
@@ -55,22 +72,32 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void masked_adam_cuda(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                      const at::Tensor& grad, double lr, double beta1, double beta2, double eps,
-                      double weight_decay, bool decoupled_weight_decay, int64_t step) {
-  check_masked_adam_args(param, exp_avg, exp_avg_sq, grad, lr, beta1, beta2, eps, weight_decay,
-                         step);
+void run_masked_adam_cuda(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                          const at::Tensor& grad, bool decoupled_weight_decay,
+                          const AdamScalars& a) {
+  check_masked_adam_args(param, exp_avg, exp_avg_sq, grad, a);
   const int64_t numel = param.numel();
   if (numel == 0) return;
   const c10::cuda::CUDAGuard guard(param.device());
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const WeightDecay decay = weight_decay == 0        ? WeightDecay::kNone
+  const WeightDecay decay = a.weight_decay == 0      ? WeightDecay::kNone
                             : decoupled_weight_decay ? WeightDecay::kDecoupled
                                                      : WeightDecay::kL2;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, param.scalar_type(), "masked_adam", [&] {
         using acc_t = acc_type<scalar_t>;
-        const auto s = make_adam_step<acc_t>(lr, beta1, beta2, eps, weight_decay, step);
+        StepSource<acc_t> source{};
+        at::Tensor buffer;  // the device coefficients; the stream-ordered allocator keeps it
+                            // until the update below has read it
+        if (a.lr_ptr != nullptr || a.step_ptr != nullptr) {
+          buffer = at::empty({int64_t(sizeof(AdamStep<acc_t>))}, param.options().dtype(at::kByte));
+          auto* out = reinterpret_cast<AdamStep<acc_t>*>(buffer.data_ptr());
+          adam_step_kernel<acc_t><<<1, 1, 0, stream>>>(a, out);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+          source.device = out;
+        } else {
+          source.value = make_adam_step<acc_t>(a);
+        }
         // Dense tensors of the same layout: element k of each sits k elements past its data
         // pointer.
         scalar_t* p = param.data_ptr<scalar_t>();
@@ -84,7 +111,7 @@ void masked_adam_cuda(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_av
           const auto launch = [&](auto kind) {
             constexpr WeightDecay kDecay = decltype(kind)::value;
             masked_adam_kernel<scalar_t, V, kDecay>
-                <<<blocks_for(vectors), kThreads, 0, stream>>>(p, m, v, g, vectors, s);
+                <<<blocks_for(vectors), kThreads, 0, stream>>>(p, m, v, g, vectors, source);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
           };
           using W = WeightDecay;
@@ -95,10 +122,34 @@ void masked_adam_cuda(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_av
       });
 }
 
+void masked_adam_cuda(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                      const at::Tensor& grad, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, bool decoupled_weight_decay, int64_t step) {
+  run_masked_adam_cuda(param, exp_avg, exp_avg_sq, grad, decoupled_weight_decay,
+                       {lr, beta1, beta2, eps, weight_decay, static_cast<double>(step)});
+}
+
+// lr, step: [] tensors on param's GPU, read by the kernels (not checked on the host: lr < 0 or
+// step < 1 would give a wrong or non-finite update).
+void masked_adam_tensor_cuda(at::Tensor& param, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                             const at::Tensor& grad, const at::Tensor& lr, double beta1,
+                             double beta2, double eps, double weight_decay,
+                             bool decoupled_weight_decay, const at::Tensor& step) {
+  check_adam_scalar_tensor("lr", lr, param);
+  check_adam_scalar_tensor("step", step, param);
+  AdamScalars a{0, beta1, beta2, eps, weight_decay, 0};
+  a.lr_ptr = lr.data_ptr();
+  a.lr_double = lr.scalar_type() == at::kDouble;
+  a.step_ptr = step.data_ptr();
+  a.step_double = step.scalar_type() == at::kDouble;
+  run_masked_adam_cuda(param, exp_avg, exp_avg_sq, grad, decoupled_weight_decay, a);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(grid, CUDA, m) {
   m.impl("masked_adam_", &masked_adam_cuda);
+  m.impl("masked_adam_.tensor", &masked_adam_tensor_cuda);
 }
 
 }  // namespace grid

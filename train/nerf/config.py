@@ -341,7 +341,7 @@ def validate_contraction(c: Config) -> None:
 def graph_problem(c: Config) -> str | None:
     """Why the steps of this nerf config cannot be captured as CUDA graphs, or None: the
     fused renderer plans its buffers (fixed shapes between measurements), the torch one
-    reads the sample counts back every step; MaskedAdam counts its steps on the host."""
+    reads the sample counts back every step."""
     n = c.nerf
     renderer = n.renderer
     if renderer == "auto":
@@ -356,8 +356,6 @@ def graph_problem(c: Config) -> str | None:
             f"the {renderer} renderer reads the sample counts back every step (the fused "
             f"one, grid.backend = 'native', does not)"
         )
-    if n.optimizer != "adam":
-        return f"nerf.optimizer = '{n.optimizer}' counts its steps on the host (use 'adam')"
     return None
 
 

@@ -201,21 +201,20 @@ class NerfExperiment:
         ]
         groups += [] if self.appearance is None else [self.appearance.group(n.lr_appearance)]
         betas = tuple(self.config.train.betas)
-        if n.optimizer == "masked_adam":  # the grids masked, MLP and codes dense as Adam
-            for group in groups[2:]:
-                group["skip_zero_grad"] = False
-            return MaskedAdam(groups, betas=betas)
         if self.graphed:  # device learning rates, filled in place by begin_step
             for group in groups:
                 group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device=self.device)
+        if n.optimizer == "masked_adam":  # the grids masked, MLP and codes dense as Adam
+            for group in groups[2:]:
+                group["skip_zero_grad"] = False
+            return MaskedAdam(groups, betas=betas, capturable=self.graphed)
         # fused on the CPU too: one threaded pass per parameter (grid_schedule.make_optimizer)
         return torch.optim.Adam(groups, betas=betas, fused=True, capturable=self.graphed)
 
     def fit_optimizer(self) -> None:
-        """After a checkpoint's optimiser state is loaded: Adam as `make_optimizer` makes it
-        here (a captured run's checkpoint resumes op by op, and the other way round)."""
-        if isinstance(self.optimizer, torch.optim.Adam):
-            fit_optimizer(self.optimizer, self.graphed)
+        """After a checkpoint's optimiser state is loaded: the optimiser as `make_optimizer`
+        makes it here (a captured run's checkpoint resumes op by op, and the other way round)."""
+        fit_optimizer(self.optimizer, self.graphed)
 
     def decay(self, step: int) -> float:
         return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
