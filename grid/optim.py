@@ -19,6 +19,7 @@ from torch.optim.adam import adam
 from .ops import masked_adam_
 
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_CPU = torch.device("cpu")
 
 
 class MaskedAdam(torch.optim.Optimizer):
@@ -166,7 +167,7 @@ class MaskedAdam(torch.optim.Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 # the step count on the device when capturable, on the host otherwise (a
                 # loaded state may hold either)
-                home = p.device if capturable else torch.device("cpu")
+                home = p.device if capturable else _CPU
                 if state["step"].device != home:
                     state["step"] = state["step"].to(home, torch.float32)
                 if not group["skip_zero_grad"]:

@@ -63,14 +63,13 @@ def fit_optimizer(optimizer: torch.optim.Optimizer, graphed: bool) -> None:
         lr = float(group["lr"])
         group["lr"] = torch.tensor(lr, dtype=torch.float32, device=device) if graphed else lr
         group["capturable"] = graphed
-        if not masked:
-            group["fused"], group["foreach"] = True, None
-        # fused Adam counts on the device; MaskedAdam there only when capturable
-        home = device if graphed or not masked else torch.device("cpu")
+        if masked:  # its step() moves the step counts to where its mode keeps them
+            continue
+        group["fused"], group["foreach"] = True, None
         for p in group["params"]:
             state = optimizer.state.get(p, {})
-            if isinstance(state.get("step"), Tensor):
-                state["step"] = state["step"].to(dtype=torch.float32, device=home)
+            if isinstance(state.get("step"), Tensor):  # fused: float32, on the device
+                state["step"] = state["step"].to(dtype=torch.float32, device=device)
 
 
 class GridSchedule:
