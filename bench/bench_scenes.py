@@ -126,6 +126,8 @@ def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
         "peak_allocated": ours["peak_allocated"],
         "peak_reserved": ours["peak_reserved"],
         "curve": curve,
+        # where a captured run's training time went besides its steps
+        **{k: summary[k] for k in ("graph_captures", "graph_capture_seconds") if k in summary},
     }
 
 

@@ -258,6 +258,7 @@ def test_graph_runs_resume_and_match_eager_runs(tmp_path, stop_at):
     assert se["cuda_graph"] is False and sw["cuda_graph"] is True and ss["cuda_graph"] is True
     assert "graph_captures" not in se
     assert (sw["graph_captures"], sw["graph_eager_steps"]) == (2, 0)  # one per resolution
+    assert sw["graph_capture_seconds"] > 0
     assert sw["psnr"] == pytest.approx(se["psnr"], abs=0.05)
     assert ss["psnr"] == pytest.approx(sw["psnr"], abs=0.01)
     a, b = final_state(whole), final_state(split)

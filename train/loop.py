@@ -424,6 +424,7 @@ def _train(
     if graphed is not None:  # how often the step was captured (again) and ran op by op
         summary["graph_captures"] = graphed.captures
         summary["graph_eager_steps"] = graphed.eager_steps
+        summary["graph_capture_seconds"] = graphed.capture_seconds
     phases.update(train=train_seconds, evaluations_and_checkpoints=seconds - train_seconds)
     phases["final_evaluation"] = time.perf_counter() - done
     if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)

@@ -34,6 +34,7 @@ the graph depends on (the nerf buffers' sizes, the ray pool), part of `_key`. It
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -109,6 +110,7 @@ class GraphedStep:
         self.grads: list[Tensor | None] = []  # the gradients the first graph writes
         self.warmup = 0  # eager steps left before the capture
         self.captures = 0  # graphs captured so far (one per resolution)
+        self.capture_seconds = 0.0  # host time recording them (and emptying the cache)
         self.eager_steps = 0  # steps `graph_key` sent op by op
         self.stale_pool = False  # a released graph's memory pool is still cached
 
@@ -128,7 +130,9 @@ class GraphedStep:
             self.key = self._key(extra)  # a first step creates Adam's state
             return value
         if not self.graphs:
+            start = time.perf_counter()
             self._capture()
+            self.capture_seconds += time.perf_counter() - start
         self.graphs[0].replay()
         if len(self.graphs) == 2:
             params = parameters(self.exp)
