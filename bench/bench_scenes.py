@@ -56,6 +56,7 @@ from harness import ROOT
 from train.config import load_config
 from train.errors import ConfigError
 from train.loop import select_device
+from train.metrics import psnr
 from train.nerf.experiment import ensure_scene
 
 #: name, mesh file (None: the realistic scene), look, image size
@@ -115,9 +116,14 @@ def scene_overrides(
 
 def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
     """The numbers of a `run_ours` result that the table shows; `curve`: [train seconds,
-    PSNR] at each evaluation (for PSNR at DirectVoxGO's time and the time to reach its)."""
+    PSNR] at each evaluation (for PSNR at DirectVoxGO's time and the time to reach its);
+    `train_psnr`: the training batches' PSNR since the evaluation before each (a test curve
+    that levels off while this one climbs is the model fitting the training views)."""
     summary = ours["summary"] or {}
-    curve = [[r["train_seconds"], r["psnr"]] for r in ours["records"] if "psnr" in r]
+    evaluations = [r for r in ours["records"] if "psnr" in r]
+    curve = [[r["train_seconds"], r["psnr"]] for r in evaluations]
+    trained = all("train_mse" in r for r in evaluations)
+    train_psnr = [psnr(r["train_mse"], 1.0) for r in evaluations] if trained else None
     return {
         "psnr": summary.get("psnr"),
         "ssim": summary.get("ssim"),
@@ -126,6 +132,7 @@ def ours_result(ours: dict[str, Any]) -> dict[str, Any]:
         "peak_allocated": ours["peak_allocated"],
         "peak_reserved": ours["peak_reserved"],
         "curve": curve,
+        "train_psnr": train_psnr,
         # where a captured run's training time went besides its steps
         **{k: summary[k] for k in ("graph_captures", "graph_capture_seconds") if k in summary},
     }

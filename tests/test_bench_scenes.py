@@ -85,6 +85,28 @@ def test_means_and_table():
     assert "- dvgo: mean PSNR 28.00 dB over 2 scenes" in table
 
 
+def test_ours_result_keeps_the_curves_and_the_captures():
+    records = [
+        {"step": 100, "psnr": 25.0, "train_seconds": 1.0, "train_mse": 1e-2},
+        {"step": 150, "lr": 0.1},  # a record without an evaluation
+        {"step": 200, "psnr": 27.0, "train_seconds": 2.0, "train_mse": 1e-3},
+    ]
+    summary = {
+        "psnr": 27.0,
+        "train_seconds": 2.0,
+        "graph_captures": 3,
+        "graph_capture_seconds": 0.2,
+    }
+    run = {"summary": summary, "records": records, "peak_allocated": 1, "peak_reserved": 2}
+    result = bench_scenes.ours_result(run)
+    assert result["curve"] == [[1.0, 25.0], [2.0, 27.0]]
+    assert result["train_psnr"] == pytest.approx([20.0, 30.0])
+    assert (result["graph_captures"], result["graph_capture_seconds"]) == (3, 0.2)
+    del records[0]["train_mse"], summary["graph_captures"]
+    result = bench_scenes.ours_result(run)
+    assert result["train_psnr"] is None and "graph_captures" not in result
+
+
 def test_against_dvgo_reads_the_curve():
     ours = {"psnr": 30.0, "curve": [[10.0, 27.0], [50.0, 29.5], [100.0, 30.0]]}
     dvgo = {"psnr": 29.0, "train_seconds": 40.0}
