@@ -72,14 +72,15 @@ NAMES = tuple(s[0] for s in SCENES)
 METRICS = ("psnr", "ssim", "train_seconds", "peak_allocated")
 
 
-def pick(names: str | None) -> list[tuple]:
-    """The SCENES rows named in "a,b,c" (all when None); BenchError on an unknown name."""
+def pick(names: str | None, option: str = "--scenes") -> list[tuple]:
+    """The SCENES rows named in "a,b,c" (all when None); BenchError naming `option` on an
+    unknown name."""
     if not names:
         return list(SCENES)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in NAMES]
     if unknown:
-        raise BenchError(f"--scenes: unknown {', '.join(unknown)}; expected {', '.join(NAMES)}")
+        raise BenchError(f"{option}: unknown {', '.join(unknown)}; expected {', '.join(NAMES)}")
     return [s for s in SCENES if s[0] in wanted]
 
 

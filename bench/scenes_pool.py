@@ -2,15 +2,16 @@
 ours' configs trained on each, one job per GPU at a time, into one table.
 
     python bench/scenes_pool.py --meshes DIR [--scenes a,b] [--dvgo DIR] [--no-dvgo]
-        [--run "LABEL[@CONFIG]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]] [--gpus N]
-        [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
+        [--run "LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]]
+        [--gpus N] [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
 
 Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
 (unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
 other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then each --run
 on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
-the KEY=VALUE are --set options), then with --gsplat Gaussian splatting on each scene
-(bench/gsplat_scene.py; gsplat's kernels are JIT-built first, on the CPU, as DirectVoxGO's).
+`on SCENE,...`: only those of the pool's scenes; the KEY=VALUE are --set options), then
+with --gsplat Gaussian splatting on each scene (bench/gsplat_scene.py; gsplat's kernels
+are JIT-built first, on the CPU, as DirectVoxGO's).
 A free GPU takes the first job whose scene is generated (and whose build is done): each
 job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU, its output
 in --work/logs/<job>.log, its numbers in --work/jobs/<job>/scenes.json. After every job the
@@ -43,15 +44,20 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "nerf_realistic_gpu.toml")
 
 
-def parse_run(text: str) -> tuple[str, str, list[str]]:
-    """ "label@config: k=v k=v" -> (label, config, [k=v, ...]); BenchError when malformed."""
+def parse_run(text: str) -> tuple[str, str, list[str], list[str] | None]:
+    """ "label@config on a,b: k=v k=v" -> (label, config, [k=v, ...], [a, b] or None: every
+    scene of the pool); BenchError when malformed."""
     head, _, rest = text.partition(":")
+    head, on, scenes = head.partition(" on ")
     label, _, config = head.strip().partition("@")
     check_label(label)
+    if on and not scenes.strip():
+        raise BenchError(f"--run {label}: expected scene names after 'on', got none")
+    only = [row[0] for row in pick(scenes, f"--run {label} on")] if on else None
     sets = rest.split()
     if any("=" not in s for s in sets):
         raise BenchError(f"--run {label}: expected KEY=VALUE after the ':', got {rest.strip()!r}")
-    return label, config or DEFAULT_CONFIG, sets
+    return label, config or DEFAULT_CONFIG, sets, only
 
 
 def make_jobs(args, rows: list[tuple]) -> list[dict]:
@@ -61,7 +67,7 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
     largest = sorted(rows, key=lambda r: -r[3])
     # generated with the first run's config: a later run that describes the scene otherwise
     # (data.*) would generate it again, while other jobs read it
-    label, config, sets = args.runs[0] if args.runs else ("", DEFAULT_CONFIG, [])
+    label, config, sets, _ = args.runs[0] if args.runs else ("", DEFAULT_CONFIG, [], None)
     same = ["--config", config, *(a for s in sets for a in ("--set", s))]
     jobs = [
         {"name": f"gen_{r[0]}", "args": ["--scenes", r[0], "--generate-only", *same], "needs": []}
@@ -78,8 +84,8 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "needs": [f"gen_{r[0]}", "dvgo_build"],
                 }
             )
-    for label, config, sets in args.runs:
-        for r in largest:
+    for label, config, sets, only in args.runs:
+        for r in (r for r in largest if only is None or r[0] in only):
             extra = ["--ours-only", "--label", label, "--config", config]
             extra += ["--work", str(args.work / "runs" / label)]
             extra += [a for s in sets for a in ("--set", s)]
@@ -212,7 +218,7 @@ def parse_args(argv=None):
     parser.add_argument("--gsplat", action="store_true", help="Gaussian splatting on each too")
     parser.add_argument("--gsplat-steps", type=int, default=30000)
     parser.add_argument(
-        "--run", action="append", default=[], help='"LABEL[@CONFIG]: KEY=VALUE ..."'
+        "--run", action="append", default=[], help='"LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."'
     )
     parser.add_argument("--gpus", type=int, default=None, help="default: every GPU of the host")
     parser.add_argument("--per-gpu", type=int, default=1, help="jobs at once on each GPU")
@@ -245,7 +251,7 @@ def main(argv=None) -> int:
             "device_name": f"{gpus} x {name}, {args.per_gpu} job(s) at once per GPU",
             "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "config": "; ".join(f"{label}: {c} {' '.join(s)}" for label, c, s in args.runs),
+            "config": "; ".join(f"{run[0]}: {run[1]} {' '.join(run[2])}" for run in args.runs),
         }
         jobs = make_jobs(args, rows)
     except BenchError as error:

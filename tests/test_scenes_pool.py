@@ -56,7 +56,22 @@ def test_jobs_and_their_order(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("run", ["dvgo", "a b: x=1", "q: steps"])
+def test_a_run_on_some_scenes_only(tmp_path):
+    run = "long@c.toml on realistic, bull_rough: train.steps=9"
+    args = _args(tmp_path, "--no-dvgo", "--run", "fast", "--run", run)
+    assert args.runs[1] == ("long", "c.toml", ["train.steps=9"], ["realistic", "bull_rough"])
+    rows = scenes_pool.pick("realistic,armadillo_large,bull_rough")
+    names = [j["name"] for j in scenes_pool.make_jobs(args, rows)][3:]
+    assert names == [
+        "fast_armadillo_large",
+        "fast_realistic",
+        "fast_bull_rough",
+        "long_realistic",
+        "long_bull_rough",
+    ]
+
+
+@pytest.mark.parametrize("run", ["dvgo", "a b: x=1", "q: steps", "q on cube: x=1", "q on : x=1"])
 def test_bad_runs_are_refused(run):
     with pytest.raises(BenchError, match="--(run|label)"):
         scenes_pool.parse_run(run)
