@@ -206,6 +206,13 @@ print(f'import torch {a - t:.2f} s, CUDA init {b - a:.2f} s, import torch._dynam
     2>&1 | tee "$OUT/sdf.log" | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+# scenes-wait on a machine that holds no pool (a fresh one: the last was taken back) would
+# spend its call waiting for nothing: it stops at once, before building
+if [ "$what" = scenes-wait ] && [ ! -f bench/results/scenes_pool/pool.log ]; then
+  echo "scenes-wait: no pool on this machine (bench/results/scenes_pool/pool.log absent):" \
+    "start it with scenes-pool"
+  exit 2
+fi
 if [ "$what" != wheel ] && [ "$what" != sdf ] && [ "$what" != view ]; then
   start=$(date +%s)
   GRID_VERBOSE_BUILD=1 python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)" \
@@ -470,7 +477,8 @@ if [ "$what" = scenes ]; then
 fi
 # `scenes-pool`: bench/scenes_pool.py (every scene, DirectVoxGO and each --run, one job per
 # GPU of the host) started detached, then waited for up to POOL_WAIT seconds (default 540);
-# `scenes-wait` waits again, on the same warm machine, until it prints "pool exited".
+# `scenes-wait` waits again, on the same warm machine, until it prints "pool exited" (exit 2 at
+# once where this machine holds no pool).
 #   bash bench/gpu.sh scenes-pool --run fast --run "quality: train.steps=60000" ...
 # Each call copies the table so far (scenes.md, scenes.json), the pool's log and the jobs'
 # logs (logs.tgz) to $OUT/scenes. With --gsplat, gsplat comes from GSPLAT_WHEELS (no download).
