@@ -113,7 +113,7 @@ class OccupancyGrid(nn.Module):
     # ---- updates ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def update(self, alpha: Tensor, threshold: float) -> float:
+    def update(self, alpha: Tensor, threshold: float, *, shrink_only: bool = False) -> float:
         """Recompute the flags from per-voxel alpha (the opacity of one sample step).
 
         A voxel is occupied when it or a neighbour has alpha >= threshold: the 3x3x3 max
@@ -123,6 +123,9 @@ class OccupancyGrid(nn.Module):
         Args:
             alpha: `[X, Y, Z]` floating, this grid's resolution and device.
             threshold: the alpha below which a neighbourhood counts as empty.
+            shrink_only: keep a voxel only if it was occupied before as well: empty space
+                stays empty (DirectVoxGO's fine-stage mask), so density cannot grow into
+                space the grid has already given up.
 
         Returns:
             The occupied fraction (a Python float: reads one number back).
@@ -136,7 +139,10 @@ class OccupancyGrid(nn.Module):
         _checks.same_device("alpha", alpha, "flags", self.flags)
         threshold = _checks.real("threshold", threshold)
         dilated = F.max_pool3d(alpha[None, None], 3, stride=1, padding=1)[0, 0]
-        self.flags.copy_(dilated >= threshold)
+        if shrink_only:
+            self.flags &= dilated >= threshold
+        else:
+            self.flags.copy_(dilated >= threshold)
         return self.flags.float().mean().item()
 
     @torch.no_grad()

@@ -10,6 +10,7 @@ import torch
 
 from train.__main__ import main
 from train.config import ConfigError, load_config, to_dict
+from train.nerf.experiment import NerfExperiment
 from train.rundir import RUN_FILES
 
 # A few seconds on a CPU: a small generated scene and a 16^3 -> 24^3 model.
@@ -167,6 +168,7 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["experiment=nerf", "nerf.alpha_init=1.5"], "nerf.alpha_init"),
         (["experiment=nerf", "nerf.lr_mlp=0"], "nerf.lr_mlp"),
         (["experiment=nerf", "nerf.optimizer=sgd"], "nerf.optimizer"),
+        (["experiment=nerf", "nerf.occupancy_grow_until=-1"], "nerf.occupancy_grow_until"),
         (["experiment=nerf", "train.upsample_moments=rescale"], "train.upsample_moments"),
         (["experiment=image"], "experiment"),
     ],
@@ -184,3 +186,26 @@ def test_shipped_nerf_configs_resolve_to_their_tables():
         data = to_dict(load_config(root / "configs" / name, ["device=cpu"]))
         assert data["experiment"] == "nerf" and "target" not in data and "nerf" in data
     assert "data" not in to_dict(load_config(root / "configs" / "default.toml"))
+
+
+@pytest.mark.parametrize("grow_until", [0, 2])
+def test_occupancy_grows_back_only_before_grow_until(scene, grow_until):
+    """A refresh from step `nerf.occupancy_grow_until` on keeps empty space empty, whatever
+    the density does there; before it (and with 0, always) the grid follows the density."""
+    extra = ("nerf.occupancy_start=1", "nerf.occupancy_every=1")
+    config = load_config(
+        None, [*SHORT, f"data.path={scene}", *extra, f"nerf.occupancy_grow_until={grow_until}"]
+    )
+    exp = NerfExperiment(config, torch.device("cpu"), torch.Generator().manual_seed(0), None)
+    density = exp.model.density_values()  # [X, Y, Z], a view of the parameter
+    with torch.no_grad():
+        density[:6] = -30.0  # empty, and so are their neighbours: x < 5
+        exp.begin_step(1)
+        emptied = exp.model.occupancy.clone()
+        assert not emptied[:5].any() and emptied[6:].all()
+        density.fill_(10.0)  # opaque everywhere
+        exp.begin_step(2)
+    if grow_until:
+        assert torch.equal(exp.model.occupancy, emptied)
+    else:
+        assert exp.model.occupancy.all()

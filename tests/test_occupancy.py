@@ -95,6 +95,22 @@ def test_update_marks_every_voxel_with_an_opaque_neighbour():
     assert occ.update(torch.zeros(6, 5, 7, dtype=torch.float64), 1e-3) == 0.0
 
 
+def test_a_shrink_only_update_never_adds_a_voxel():
+    gen = torch.Generator().manual_seed(4)
+    occ = grid.OccupancyGrid((6, 5, 7), BOUNDS)
+    first = torch.rand(6, 5, 7, generator=gen) ** 8
+    occ.update(first, 0.8)
+    before = occ.flags.clone()
+    second = torch.rand(6, 5, 7, generator=gen) ** 8  # occupies other voxels as well
+    fraction = occ.update(second, 0.8, shrink_only=True)
+    fresh = grid.OccupancyGrid((6, 5, 7), BOUNDS)
+    fresh.update(second, 0.8)
+    assert (fresh.flags & ~before).any() and (before & ~fresh.flags).any()  # both ways
+    assert torch.equal(occ.flags, before & fresh.flags)
+    assert fraction == pytest.approx(occ.flags.float().mean().item())
+    assert occ.update(torch.ones(6, 5, 7), 0.5, shrink_only=True) == fraction  # nothing back
+
+
 @pytest.mark.parametrize(
     "old, new", [((10, 9, 8), (20, 20, 20)), ((5, 6, 7), (13, 6, 9)), ((4, 4, 4), (4, 4, 4))]
 )

@@ -101,6 +101,12 @@ class NerfConfig:
     )
     occupancy_start: int = doc("nerf: first step at which the occupancy grid is refreshed.", 100)
     occupancy_every: int = doc("nerf: refresh the occupancy grid every this many steps.", 100)
+    occupancy_grow_until: int = doc(
+        "nerf: 0, or the step from which a refresh of the occupancy grid only removes voxels "
+        "(DirectVoxGO's fine-stage mask): space found empty stays empty, so the density cannot "
+        "grow floaters there that fit the training views alone.",
+        0,
+    )
     weight_threshold: float = doc(
         "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
         1e-4,
@@ -214,7 +220,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("color_features", "hidden", "occupancy_every"):
         if getattr(n, key) < 1:
             raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
-    for key in ("view_frequencies", "occupancy_start"):
+    for key in ("view_frequencies", "occupancy_start", "occupancy_grow_until"):
         if getattr(n, key) < 0:
             raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
     if n.optimizer not in OPTIMIZERS:

@@ -11,7 +11,8 @@ What it adds to the loop skeleton (`train.loop`):
   and DirectVoxGO's losses (`train.nerf.losses`: `nerf.sample_color_weight`,
   `nerf.entropy_weight`);
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
-  occupancy grid refreshed every `nerf.occupancy_every` steps;
+  occupancy grid refreshed every `nerf.occupancy_every` steps (from
+  `nerf.occupancy_grow_until` on, a refresh only removes voxels);
 * evaluation: mean PSNR and SSIM over the test views (whole images);
 * pictures: test_views.png, curves.png, turntable.gif (`train.nerf_pictures`).
 """
@@ -232,7 +233,8 @@ class NerfExperiment:
                 group["lr"] = group["base_lr"] * factor
         n = self.config.nerf
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
-            self.occupied = self.model.update_occupancy()
+            shrink_only = 0 < n.occupancy_grow_until <= step
+            self.occupied = self.model.update_occupancy(shrink_only)
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
         """To the next stage of the schedule; with `nerf.fit_box`, the first one also moves

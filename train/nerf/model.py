@@ -329,13 +329,13 @@ class VoxelNeRF(nn.Module):
         return torch.sigmoid(logits.float())
 
     @torch.no_grad()
-    def update_occupancy(self) -> float:
+    def update_occupancy(self, shrink_only: bool = False) -> float:
         """Recompute the occupancy grid from the density grid: a voxel is occupied when it
-        or a neighbour has alpha >= occupancy_threshold (see `OccupancyGrid.update`).
-        Returns the occupied fraction."""
+        or a neighbour has alpha >= occupancy_threshold (and, with `shrink_only`, it was
+        occupied before; see `OccupancyGrid.update`). Returns the occupied fraction."""
         raw = self.density_values()  # [X, Y, Z]
         alpha = -torch.expm1(-F.softplus(raw + self.shift) * self.interval())
-        return self.occupancy_grid.update(alpha, self.occupancy_threshold)
+        return self.occupancy_grid.update(alpha, self.occupancy_threshold, shrink_only=shrink_only)
 
     def density_values(self) -> Tensor:
         """The raw density grid as [X, Y, Z]."""
