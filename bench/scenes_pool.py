@@ -60,6 +60,12 @@ def parse_run(text: str) -> tuple[str, str, list[str], list[str] | None]:
     return label, config or DEFAULT_CONFIG, sets, only
 
 
+def describe(label: str, config: str, sets: list[str], only: list[str] | None) -> str:
+    """A run as the table's header names it: "label: config [on a,b] k=v ..."."""
+    where = f" on {','.join(only)}" if only else ""
+    return f"{label}: {config}{where} {' '.join(sets)}"
+
+
 def make_jobs(args, rows: list[tuple]) -> list[dict]:
     """Every job of the pool: name, bench_scenes.py arguments, what it waits for."""
     base = [sys.executable, str(HERE / "bench_scenes.py"), "--meshes", args.meshes]
@@ -251,7 +257,7 @@ def main(argv=None) -> int:
             "device_name": f"{gpus} x {name}, {args.per_gpu} job(s) at once per GPU",
             "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "config": "; ".join(f"{run[0]}: {run[1]} {' '.join(run[2])}" for run in args.runs),
+            "config": "; ".join(describe(*run) for run in args.runs),
         }
         jobs = make_jobs(args, rows)
     except BenchError as error:

@@ -60,6 +60,9 @@ def test_a_run_on_some_scenes_only(tmp_path):
     run = "long@c.toml on realistic, bull_rough: train.steps=9"
     args = _args(tmp_path, "--no-dvgo", "--run", "fast", "--run", run)
     assert args.runs[1] == ("long", "c.toml", ["train.steps=9"], ["realistic", "bull_rough"])
+    assert (
+        scenes_pool.describe(*args.runs[1]) == "long: c.toml on realistic,bull_rough train.steps=9"
+    )
     rows = scenes_pool.pick("realistic,armadillo_large,bull_rough")
     names = [j["name"] for j in scenes_pool.make_jobs(args, rows)][3:]
     assert names == [
