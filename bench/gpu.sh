@@ -208,9 +208,9 @@ print(f'import torch {a - t:.2f} s, CUDA init {b - a:.2f} s, import torch._dynam
 fi
 # scenes-wait on a machine that holds no pool (a fresh one: the last was taken back) would
 # spend its call waiting for nothing: it stops at once, before building
-if [ "$what" = scenes-wait ] && [ ! -f bench/results/scenes_pool/pool.log ]; then
-  echo "scenes-wait: no pool on this machine (bench/results/scenes_pool/pool.log absent):" \
-    "start it with scenes-pool"
+pool=bench/results/scenes_pool  # scenes-pool's work folder
+if [ "$what" = scenes-wait ] && [ ! -f "$pool/pool.log" ]; then
+  echo "scenes-wait: no pool on this machine ($pool/pool.log absent): start it with scenes-pool"
   exit 2
 fi
 if [ "$what" != wheel ] && [ "$what" != sdf ] && [ "$what" != view ]; then
@@ -483,7 +483,6 @@ fi
 # Each call copies the table so far (scenes.md, scenes.json), the pool's log and the jobs'
 # logs (logs.tgz) to $OUT/scenes. With --gsplat, gsplat comes from GSPLAT_WHEELS (no download).
 if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
-  pool=bench/results/scenes_pool
   mkdir -p "$pool" "$OUT/scenes"
   if [ "$what" = scenes-pool ]; then
     [[ " $* " == *" --gsplat "* ]] && ! python3 -c "import gsplat" 2>/dev/null && python3 -m pip \

@@ -241,6 +241,13 @@ def main(argv=None) -> int:
     try:
         rows = pick(args.scenes)
         args.runs = [parse_run(r) for r in args.run]
+        names = {r[0] for r in rows}
+        for label, _, _, only in args.runs:
+            if only is not None and not names.intersection(only):
+                raise BenchError(
+                    f"--run {label} on: none of {', '.join(only) or 'no scene'} is among the "
+                    f"pool's scenes ({', '.join(sorted(names))})"
+                )
         if not args.no_dvgo and not (args.dvgo / "run_dvgo.py").is_file():
             raise BenchError(f"--dvgo {args.dvgo}: no run_dvgo.py there (or pass --no-dvgo)")
         import torch

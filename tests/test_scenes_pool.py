@@ -185,3 +185,10 @@ def test_gsplat_steps_below_one_are_refused(tmp_path, capsys):
     ]
     assert scenes_pool.main(argv) == 2
     assert "--gsplat-steps: expected at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("on", ["bull_rough", ","])
+def test_a_run_on_no_scene_of_the_pool_is_refused(tmp_path, capsys, on):
+    argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--scenes", "realistic"]
+    assert scenes_pool.main([*argv, "--run", f"x on {on}: train.steps=9"]) == 2
+    assert "--run x on: none of " in capsys.readouterr().err

@@ -234,7 +234,7 @@ class NerfExperiment:
         n = self.config.nerf
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             shrink_only = 0 < n.occupancy_grow_until <= step
-            self.occupied = self.model.update_occupancy(shrink_only)
+            self.occupied = self.model.update_occupancy(shrink_only=shrink_only)
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
         """To the next stage of the schedule; with `nerf.fit_box`, the first one also moves
