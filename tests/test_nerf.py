@@ -169,6 +169,7 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["experiment=nerf", "nerf.lr_mlp=0"], "nerf.lr_mlp"),
         (["experiment=nerf", "nerf.optimizer=sgd"], "nerf.optimizer"),
         (["experiment=nerf", "nerf.occupancy_grow_until=-1"], "nerf.occupancy_grow_until"),
+        (["experiment=nerf", "nerf.shift_decay=-1"], "nerf.shift_decay"),
         (["experiment=nerf", "train.upsample_moments=rescale"], "train.upsample_moments"),
         (["experiment=image"], "experiment"),
     ],
@@ -209,3 +210,15 @@ def test_occupancy_grows_back_only_before_grow_until(scene, grow_until):
         assert torch.equal(exp.model.occupancy, emptied)
     else:
         assert exp.model.occupancy.all()
+
+
+@pytest.mark.parametrize("decay", [0.0, 1.0])
+def test_shift_decay_lowers_the_density_at_each_upsample(scene, decay):
+    """`nerf.shift_decay` lowers the raw density by itself at an upsample (a constant field
+    resamples to itself)."""
+    config = load_config(None, [*SHORT, f"data.path={scene}", f"nerf.shift_decay={decay}"])
+    exp = NerfExperiment(config, torch.device("cpu"), torch.Generator().manual_seed(0), None)
+    with torch.no_grad():
+        exp.model.density_values().fill_(2.0)
+    exp.upsample((20, 20, 20))
+    assert torch.allclose(exp.model.density_values(), torch.full((20, 20, 20), 2.0 - decay))

@@ -107,6 +107,12 @@ class NerfConfig:
         "grow floaters there that fit the training views alone.",
         0,
     )
+    shift_decay: float = doc(
+        "nerf: lowered by this at each of `train.upsample_steps`: the density grid (so the "
+        "density shift: DirectVoxGO's `decay_after_scale`, 1 in its fine stage): after each "
+        "upsample thin density fades and must be fitted again, the solid stays solid.",
+        0.0,
+    )
     weight_threshold: float = doc(
         "nerf: samples whose compositing weight is below this skip the colour grid and MLP.",
         1e-4,
@@ -229,6 +235,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         )
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
+    positive(n.shift_decay, "nerf.shift_decay", zero=True)
     if n.mlp_dtype not in MLP_DTYPES:
         raise ConfigError(
             f"nerf.mlp_dtype: expected one of {', '.join(MLP_DTYPES)}, got {n.mlp_dtype!r}"

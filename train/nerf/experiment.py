@@ -12,7 +12,8 @@ What it adds to the loop skeleton (`train.loop`):
   `nerf.entropy_weight`);
 * maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
   occupancy grid refreshed every `nerf.occupancy_every` steps (from
-  `nerf.occupancy_grow_until` on, a refresh only removes voxels);
+  `nerf.occupancy_grow_until` on, a refresh only removes voxels); at each upsample the
+  density lowered by `nerf.shift_decay`;
 * evaluation: mean PSNR and SSIM over the test views (whole images);
 * pictures: test_views.png, curves.png, turntable.gif (`train.nerf_pictures`).
 """
@@ -251,6 +252,9 @@ class NerfExperiment:
             m.upsample(box_resolution(resolution, box), optimizer)
         if box is None:
             m.upsample(resolution, optimizer)
+        if n.shift_decay:
+            with torch.no_grad():  # = the shift lowered, and kept in checkpoints
+                m.density.features.sub_(n.shift_decay)
         if reset:
             self.optimizer = self.make_optimizer()
 
