@@ -10,10 +10,9 @@ What it adds to the loop skeleton (`train.loop`):
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density
   and DirectVoxGO's losses (`train.nerf.losses`: `nerf.sample_color_weight`,
   `nerf.entropy_weight`);
-* maintenance: learning-rate decay per parameter group (density, colour, MLP) and the
-  occupancy grid refreshed every `nerf.occupancy_every` steps (from
-  `nerf.occupancy_grow_until` on, a refresh only removes voxels); at each upsample the
-  density lowered by `nerf.shift_decay`;
+* maintenance: learning-rate decay per parameter group, the occupancy grid refreshed every
+  `nerf.occupancy_every` steps (from `nerf.occupancy_grow_until` on, it only shrinks), the
+  density lowered by `nerf.shift_decay` at each upsample;
 * evaluation: mean PSNR and SSIM over the test views (whole images);
 * pictures: test_views.png, curves.png, turntable.gif (`train.nerf_pictures`).
 """
@@ -252,9 +251,8 @@ class NerfExperiment:
             m.upsample(box_resolution(resolution, box), optimizer)
         if box is None:
             m.upsample(resolution, optimizer)
-        if n.shift_decay:
-            with torch.no_grad():  # = the shift lowered, and kept in checkpoints
-                m.density.features.sub_(n.shift_decay)
+        if n.shift_decay:  # = the density shift lowered, and kept in checkpoints
+            m.density.features.data.sub_(n.shift_decay)
         if reset:
             self.optimizer = self.make_optimizer()
 
