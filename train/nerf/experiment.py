@@ -2,10 +2,9 @@
 
 What it adds to the loop skeleton (`train.loop`):
 
-* data: a Blender-format scene (`train.nerf.blender`) or an instant-ngp / nerfstudio
-  `transforms.json` (`train.nerf.ngp`), one of the project's scenes (`data.scene`)
-  generated into `data.path` on first use (`ensure_scene`); every training pixel's ray
-  precomputed;
+* data: a Blender-format scene (`train.nerf.blender`), an instant-ngp / nerfstudio
+  `transforms.json` (`train.nerf.ngp`) or a project scene (`data.scene`, generated into
+  `data.path` on first use: `ensure_scene`); every training pixel's ray precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density
   and DirectVoxGO's losses (`train.nerf.losses`: `nerf.sample_color_weight`,
