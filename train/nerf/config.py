@@ -108,9 +108,9 @@ class NerfConfig:
         0,
     )
     shift_decay: float = doc(
-        "nerf: lowered by this at each of `train.upsample_steps`: the density grid (so the "
-        "density shift: DirectVoxGO's `decay_after_scale`, 1 in its fine stage): after each "
-        "upsample thin density fades and must be fitted again, the solid stays solid.",
+        "nerf: at each of `train.upsample_steps` the raw density grid is lowered by this, "
+        "i.e. the density shift (DirectVoxGO's `decay_after_scale`, 1 in its fine stage): "
+        "thin density fades and must be fitted again, solid density stays.",
         0.0,
     )
     weight_threshold: float = doc(
