@@ -10,7 +10,13 @@ import torch
 
 from train.config import load_config
 from train.errors import ConfigError
-from train.nerf.losses import auxiliary_losses, sample_color_loss, transmittance_entropy
+from train.nerf.losses import (
+    auxiliary_losses,
+    sample_color_loss,
+    transmittance_entropy,
+    view_consistency_loss,
+)
+from train.nerf.render import positional_encoding
 
 from .test_nerf_fused import pair
 from .test_nerf_model_parity import model, rays
@@ -79,20 +85,67 @@ def test_transmittance_entropy():
 
 
 def test_auxiliary_losses_follow_the_config():
-    c = load_config(
-        None, ["experiment=nerf", "nerf.sample_color_weight=0.5", "nerf.entropy_weight=0.25"]
-    )
+    weights = ["nerf.sample_color_weight=0.5", "nerf.entropy_weight=0.25"]
+    c = load_config(None, ["experiment=nerf", *weights, "nerf.view_consistency_weight=2"])
     m = model(occupancy_threshold=1e-3)
     m.update_occupancy()
     origins, directions = rays(32, seed=14)
     out = m.render(origins, directions, torch.ones(3))
     target = torch.rand(32, 3, generator=torch.Generator().manual_seed(4))
     want = 0.5 * sample_color_loss(out, target) + 0.25 * transmittance_entropy(out["acc"])
-    torch.testing.assert_close(auxiliary_losses(c.nerf, out, target), want)
-    assert auxiliary_losses(load_config(None, ["experiment=nerf"]).nerf, out, target) == 0.0
+    want = want + 2 * view_consistency_loss(m, out, directions)
+    torch.testing.assert_close(auxiliary_losses(c.nerf, m, out, directions, target), want)
+    off = load_config(None, ["experiment=nerf"]).nerf
+    assert auxiliary_losses(off, m, out, directions, target) == 0.0
 
 
-@pytest.mark.parametrize("key", ["nerf.sample_color_weight", "nerf.entropy_weight"])
+def loop_view_loss(m, origins, directions) -> float:
+    """The view-consistency loss from the plain renderer's samples, ray by ray: each ray's
+    coloured samples coloured again along the previous ray's direction."""
+    total, background = 0.0, torch.ones(3, dtype=directions.dtype)
+    for r in range(origins.shape[0]):
+        out = m.render(origins[r : r + 1], directions[r : r + 1], background)
+        other = positional_encoding(directions[r - 1], m.view_frequencies)  # [E]
+        rgb = m.rgb(out["sample_points"], other.expand(out["sample_points"].shape[0], -1))
+        error = (out["sample_rgb"] - rgb).square().sum(-1)
+        total += float((out["sample_weight"] * error).sum().detach())
+    return total / origins.shape[0]
+
+
+def test_view_consistency_loss_is_the_weighted_colour_change_with_another_rays_direction():
+    torch_model, fused = pair()
+    origins, directions = (x.double() for x in rays(40, seed=16))
+    want = loop_view_loss(torch_model, origins, directions)
+    assert want > 0
+    for m in (torch_model, fused):
+        out = m.render(origins, directions, torch.ones(3, dtype=torch.float64))
+        assert math.isclose(view_consistency_loss(m, out, directions).item(), want, rel_tol=1e-9)
+    fused.sizing = "planned"  # padding rows (weight 0, ray R) add nothing
+    fused.render(origins, directions, torch.ones(3, dtype=torch.float64))  # measures the counts
+    planned = fused.render(origins, directions, torch.ones(3, dtype=torch.float64))
+    assert int(planned["sample_ray"].max()) == 40
+    got = view_consistency_loss(fused, planned, directions).item()
+    assert math.isclose(got, want, rel_tol=1e-9)
+
+
+def test_view_consistency_loss_is_zero_for_a_colour_blind_to_the_view():
+    m = model(occupancy_threshold=1e-3)
+    m.update_occupancy()
+    origins, directions = rays(64, seed=17)
+    out = m.render(origins, directions, torch.ones(3))
+    loss = view_consistency_loss(m, out, directions)
+    view_dims = 3 * (1 + 2 * m.view_frequencies)  # the first layer's last inputs
+    (grad,) = torch.autograd.grad(loss, [m.mlp[0].weight])
+    assert loss > 0 and grad[:, -view_dims:].abs().max() > 0
+    with torch.no_grad():
+        m.mlp[0].weight[:, -view_dims:] = 0  # the MLP ignores the view direction
+    out = m.render(origins, directions, torch.ones(3))
+    assert view_consistency_loss(m, out, directions) == 0
+
+
+@pytest.mark.parametrize(
+    "key", ["nerf.sample_color_weight", "nerf.entropy_weight", "nerf.view_consistency_weight"]
+)
 def test_negative_weights_are_refused(key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, ["experiment=nerf", f"{key}=-0.1"])

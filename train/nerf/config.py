@@ -154,6 +154,13 @@ class NerfConfig:
         "entropy_last, 0.001 in its fine stage): rays end either empty or opaque.",
         0.0,
     )
+    view_consistency_weight: float = doc(
+        "nerf: weight of the view-consistency penalty: each coloured training sample's colour "
+        "against its colour along another ray's direction of the batch, compositing weight x "
+        "squared difference, summed per ray (0: off). View-dependent colour that fits single "
+        "training views pays it, effects the views agree on (highlights) outweigh it.",
+        0.0,
+    )
     appearance: str = doc(
         "nerf: `off`, or `affine`: each training image gets its own colour transform of the "
         "render (a 3x3 matrix and an offset, learnt), for captures whose exposure or white "
@@ -257,7 +264,8 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             f"nerf.appearance: expected one of {', '.join(APPEARANCES)}, got {n.appearance!r}"
         )
     positive(n.lr_appearance, "nerf.lr_appearance")
-    for key in ("sample_color_weight", "entropy_weight", "appearance_weight"):
+    weights = ("sample_color_weight", "entropy_weight", "view_consistency_weight")
+    for key in (*weights, "appearance_weight"):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
     validate_contraction(c)

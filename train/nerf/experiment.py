@@ -7,8 +7,8 @@ What it adds to the loop skeleton (`train.loop`):
   `data.path` on first use: `ensure_scene`); every training pixel's ray precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density
-  and DirectVoxGO's losses (`train.nerf.losses`: `nerf.sample_color_weight`,
-  `nerf.entropy_weight`);
+  and the losses of `train.nerf.losses` (DirectVoxGO's `nerf.sample_color_weight` and
+  `nerf.entropy_weight`, `nerf.view_consistency_weight`);
 * maintenance: learning-rate decay per parameter group, the occupancy grid refreshed every
   `nerf.occupancy_every` steps (from `nerf.occupancy_grow_until` on, it only shrinks), the
   density lowered by `nerf.shift_decay` at each upsample;
@@ -316,7 +316,7 @@ class NerfExperiment:
             views = self.rays.view_of(index)
             rgb, penalty = self.appearance.fit(rgb, views, c.nerf.appearance_weight)
         mse = (rgb - target).square().mean()
-        loss = mse + penalty + auxiliary_losses(c.nerf, out, target)
+        loss = mse + penalty + auxiliary_losses(c.nerf, self.model, out, directions, target)
         if c.train.tv_weight:
             loss = loss + c.train.tv_weight * self.model.total_variation()
         return loss, mse

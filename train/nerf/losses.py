@@ -1,4 +1,5 @@
-"""DirectVoxGO's fine-stage auxiliary losses of a NeRF render (`VoxelNeRF.render`)."""
+"""Auxiliary losses of a NeRF render (`VoxelNeRF.render`): DirectVoxGO's fine-stage ones and
+a view-consistency penalty."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import torch
 from torch import Tensor
 
 from .config import NerfConfig
+from .render import positional_encoding
 
 
-def auxiliary_losses(n: NerfConfig, out: dict[str, Any], target: Tensor) -> Tensor | float:
-    """The weighted sum of the losses `n` (`[nerf]`) turns on, for a render `out` of rays
-    whose pixels have colours `target` [R, 3] (0.0 when none is on)."""
+def auxiliary_losses(
+    n: NerfConfig, model, out: dict[str, Any], directions: Tensor, target: Tensor
+) -> Tensor | float:
+    """The weighted sum of the losses `n` (`[nerf]`) turns on, for a render `out` by `model`
+    of rays along `directions` [R, 3] whose pixels have colours `target` [R, 3] (0.0 when
+    none is on)."""
     loss = 0.0
+    if n.view_consistency_weight:
+        loss = loss + n.view_consistency_weight * view_consistency_loss(model, out, directions)
     if n.sample_color_weight:
         loss = loss + n.sample_color_weight * sample_color_loss(out, target)
     if n.entropy_weight:
@@ -33,3 +40,16 @@ def transmittance_entropy(acc: Tensor) -> Tensor:
     """Mean binary entropy of the transmittance left at each ray's end, 1 - acc [R]."""
     p = (1 - acc).clamp(1e-6, 1 - 1e-6)
     return (torch.special.entr(p) + torch.special.entr(1 - p)).mean()  # entr(x) = -x log x
+
+
+def view_consistency_loss(model, out: dict[str, Any], directions: Tensor) -> Tensor:
+    """How much the coloured samples' colours depend on the view: each sample's colour
+    against its colour seen along the batch's next ray (`directions` rolled by one: another
+    random direction, and no random numbers, so a captured step replays it), weight x
+    squared difference summed per ray. Colour that one training view wants and the others
+    do not pays it; view effects all the views agree on outweigh it."""
+    other = positional_encoding(directions.roll(1, 0), model.view_frequencies)  # [R, E]
+    other = torch.cat([other, other.new_zeros(1, other.shape[1])])  # row R: padding samples
+    rgb = model.rgb(out["sample_points"], other[out["sample_ray"]])  # [V, 3]
+    error = (out["sample_rgb"] - rgb).square().sum(-1)  # [V]
+    return (out["sample_weight"] * error).sum() / directions.shape[0]

@@ -408,9 +408,10 @@ class VoxelNeRF(nn.Module):
             dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
             acc [R] (opacity), samples (number of samples that reached the density grid:
             an int, or a [] tensor on the device when the fused renderer planned its
-            buffers; read it when logging); the coloured samples: sample_rgb [V, 3],
-            sample_weight [V] (compositing weights, no gradient) and sample_ray [V] (their
-            ray, in [0, R]: the fused renderer's padding rows have weight 0 and ray R).
+            buffers; read it when logging); the coloured samples: sample_points and
+            sample_rgb [V, 3], sample_weight [V] (compositing weights, no gradient) and
+            sample_ray [V] (their ray, in [0, R]: the fused renderer's padding rows have
+            weight 0 and ray R).
         """
         if self.contraction != "none":
             if jitter is not None:
@@ -439,9 +440,8 @@ class VoxelNeRF(nn.Module):
         rgb, depth, acc = composite(
             weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
         )
-        return render_outputs(
-            rgb, depth, acc, ray_id.shape[0], colors, weights[chosen].detach(), chosen_ray
-        )
+        sampled = (points[chosen], colors, weights[chosen].detach(), chosen_ray)
+        return render_outputs(rgb, depth, acc, ray_id.shape[0], *sampled)
 
     @torch.no_grad()
     def render_image(

@@ -68,6 +68,7 @@ def render_contracted(
         rgb, depth, acc = grid.composite(
             weights, ray_id, n_rays, colors, samples.t, visible=visible, check_indices=False
         )
+    points = samples.points[chosen]  # [V, 3]
     return render_outputs(
-        rgb, depth, acc, ray_id.shape[0], colors, weights[chosen].detach(), chosen_ray
+        rgb, depth, acc, ray_id.shape[0], points, colors, weights[chosen].detach(), chosen_ray
     )
