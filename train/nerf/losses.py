@@ -44,7 +44,7 @@ def transmittance_entropy(acc: Tensor) -> Tensor:
 
 def view_consistency_loss(model, out: dict[str, Any], directions: Tensor) -> Tensor:
     """How much the coloured samples' colours depend on the view: each sample's colour
-    against its colour seen along the batch's next ray (`directions` rolled by one: another
+    against its colour seen along the batch's previous ray (`directions` rolled by one: another
     random direction, and no random numbers, so a captured step replays it), weight x
     squared difference summed per ray. Colour that one training view wants and the others
     do not pays it; view effects all the views agree on outweigh it."""
