@@ -106,7 +106,7 @@ def loop_view_loss(m, origins, directions) -> float:
     for r in range(origins.shape[0]):
         out = m.render(origins[r : r + 1], directions[r : r + 1], background)
         other = positional_encoding(directions[r - 1], m.view_frequencies)  # [E]
-        rgb = m.rgb(out["sample_points"], other.expand(out["sample_points"].shape[0], -1))
+        rgb = m.shade(out["sample_features"], other.expand(out["sample_rgb"].shape[0], -1))
         error = (out["sample_rgb"] - rgb).square().sum(-1)
         total += float((out["sample_weight"] * error).sum().detach())
     return total / origins.shape[0]

@@ -264,8 +264,12 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             f"nerf.appearance: expected one of {', '.join(APPEARANCES)}, got {n.appearance!r}"
         )
     positive(n.lr_appearance, "nerf.lr_appearance")
-    weights = ("sample_color_weight", "entropy_weight", "view_consistency_weight")
-    for key in (*weights, "appearance_weight"):
+    for key in (
+        "sample_color_weight",
+        "entropy_weight",
+        "view_consistency_weight",
+        "appearance_weight",
+    ):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
     validate_contraction(c)

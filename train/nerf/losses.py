@@ -44,12 +44,13 @@ def transmittance_entropy(acc: Tensor) -> Tensor:
 
 def view_consistency_loss(model, out: dict[str, Any], directions: Tensor) -> Tensor:
     """How much the coloured samples' colours depend on the view: each sample's colour
-    against its colour seen along the batch's previous ray (`directions` rolled by one: another
-    random direction, and no random numbers, so a captured step replays it), weight x
-    squared difference summed per ray. Colour that one training view wants and the others
-    do not pays it; view effects all the views agree on outweigh it."""
+    against the colour MLP's on its same features along the batch's previous ray
+    (`directions` rolled by one: another random direction, and no random numbers, so a
+    captured step replays it), weight x squared difference summed per ray. Colour that one
+    training view wants and the others do not pays it; view effects all the views agree on
+    outweigh it."""
     other = positional_encoding(directions.roll(1, 0), model.view_frequencies)  # [R, E]
     other = torch.cat([other, other.new_zeros(1, other.shape[1])])  # row R: padding samples
-    rgb = model.rgb(out["sample_points"], other[out["sample_ray"]])  # [V, 3]
+    rgb = model.shade(out["sample_features"], other[out["sample_ray"]])  # [V, 3]
     error = (out["sample_rgb"] - rgb).square().sum(-1)  # [V]
     return (out["sample_weight"] * error).sum() / directions.shape[0]

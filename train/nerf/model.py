@@ -321,7 +321,12 @@ class VoxelNeRF(nn.Module):
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
-        x = torch.cat([self.color(points), view_encoding], -1)
+        return self.shade(self.color(points), view_encoding)
+
+    def shade(self, features: Tensor, view_encoding: Tensor) -> Tensor:
+        """The colour MLP: features [S, F] (of the colour grid), view_encoding [S, E] ->
+        [S, 3] in (0, 1)."""
+        x = torch.cat([features, view_encoding], -1)
         if self.mlp_dtype == torch.float32:
             return torch.sigmoid(self.mlp(x))
         with torch.autocast(x.device.type, dtype=self.mlp_dtype):
@@ -408,10 +413,10 @@ class VoxelNeRF(nn.Module):
             dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
             acc [R] (opacity), samples (number of samples that reached the density grid:
             an int, or a [] tensor on the device when the fused renderer planned its
-            buffers; read it when logging); the coloured samples: sample_points and
-            sample_rgb [V, 3], sample_weight [V] (compositing weights, no gradient) and
-            sample_ray [V] (their ray, in [0, R]: the fused renderer's padding rows have
-            weight 0 and ray R).
+            buffers; read it when logging); the coloured samples: sample_features [V, F]
+            (the colour grid's), sample_rgb [V, 3], sample_weight [V] (compositing weights,
+            no gradient) and sample_ray [V] (their ray, in [0, R]: the fused renderer's
+            padding rows have weight 0 and ray R).
         """
         if self.contraction != "none":
             if jitter is not None:
@@ -436,11 +441,12 @@ class VoxelNeRF(nn.Module):
         chosen = visible.nonzero()[:, 0]  # [S''] the coloured samples: one read-back
         chosen_ray = ray_id[chosen]
         views = positional_encoding(directions, self.view_frequencies)  # [R, E]
-        colors = self.rgb(points[chosen], views[chosen_ray])  # [S'', 3]
+        features = self.color(points[chosen])  # [S'', F]
+        colors = self.shade(features, views[chosen_ray])  # [S'', 3]
         rgb, depth, acc = composite(
             weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
         )
-        sampled = (points[chosen], colors, weights[chosen].detach(), chosen_ray)
+        sampled = (features, colors, weights[chosen].detach(), chosen_ray)
         return render_outputs(rgb, depth, acc, ray_id.shape[0], *sampled)
 
     @torch.no_grad()

@@ -157,13 +157,13 @@ def render_fused(
     views = positional_encoding(directions, model.view_frequencies)  # [R, E]
     views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding samples
     read = chosen.clamp_max(max(slots - 1, 0))  # padding slots of `chosen` read the last sample
-    points = samples.points[read]  # [V, 3]
-    rgb_chosen = model.rgb(points, views[samples.ray_indices[read]])  # [V, 3]
+    features = model.color(samples.points[read])  # [V, F]
+    rgb_chosen = model.shade(features, views[samples.ray_indices[read]])  # [V, 3]
     colors = rgb_chosen.new_zeros(slots + 1, 3).index_put_((chosen,), rgb_chosen)[:slots]
     rgb, depth, acc = grid.composite_rays(tau, colors, samples.t, samples.offsets, background)
     weights = torch.cat([weights, weights.new_zeros(1)])  # slot `slots`: padding, weight 0
     return render_outputs(
-        rgb, depth, acc, count, points, rgb_chosen, weights[chosen], samples.ray_indices[read]
+        rgb, depth, acc, count, features, rgb_chosen, weights[chosen], samples.ray_indices[read]
     )
 
 
@@ -172,20 +172,20 @@ def render_outputs(
     depth: Tensor,
     acc: Tensor,
     samples: Tensor | int,
-    sample_points: Tensor,
+    sample_features: Tensor,
     sample_rgb: Tensor,
     sample_weight: Tensor,
     sample_ray: Tensor,
 ) -> dict[str, Tensor | int]:
     """What every render returns: rgb [R, 3], depth [R], acc [R], the samples marched, and
-    for the losses (train/nerf/losses.py) the coloured samples' points [V, 3], rgb [V, 3],
-    weights [V] and rays [V]."""
+    for the losses (train/nerf/losses.py) the coloured samples' colour-grid features [V, F],
+    rgb [V, 3], weights [V] and rays [V]."""
     return {
         "rgb": rgb,
         "depth": depth,
         "acc": acc,
         "samples": samples,
-        "sample_points": sample_points,
+        "sample_features": sample_features,
         "sample_rgb": sample_rgb,
         "sample_weight": sample_weight,
         "sample_ray": sample_ray,

@@ -60,7 +60,8 @@ def render_contracted(
     visible = weights > model.weight_threshold
     chosen = visible.nonzero()[:, 0]  # [V] the coloured samples
     chosen_ray = ray_id[chosen]
-    colors = model.rgb(samples.points[chosen], views[chosen_ray])  # [V, 3]
+    features = model.color(samples.points[chosen])  # [V, F]
+    colors = model.shade(features, views[chosen_ray])  # [V, 3]
     if model.renderer == "fused":
         full = colors.new_zeros(tau.shape[0], 3).index_put((chosen,), colors)  # [S, 3]
         rgb, depth, acc = grid.composite_rays(tau, full, samples.t, offsets)
@@ -68,7 +69,5 @@ def render_contracted(
         rgb, depth, acc = grid.composite(
             weights, ray_id, n_rays, colors, samples.t, visible=visible, check_indices=False
         )
-    points = samples.points[chosen]  # [V, 3]
-    return render_outputs(
-        rgb, depth, acc, ray_id.shape[0], points, colors, weights[chosen].detach(), chosen_ray
-    )
+    sampled = (features, colors, weights[chosen].detach(), chosen_ray)
+    return render_outputs(rgb, depth, acc, ray_id.shape[0], *sampled)
