@@ -142,7 +142,8 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
         "nerf.entropy_weight=0.001",
         f"nerf.appearance={'affine' if fit_box else 'off'}",  # per-image codes captured too
         f"nerf.jitter={str(fit_box).lower()}",  # stratified samples: their draws captured too
-        f"nerf.view_consistency_weight={0.1 if fit_box else 0}",  # a second MLP pass
+        f"nerf.view_consistency_weight={0.1 if optimizer == 'adam' else 0}",  # 2nd MLP pass
+        f"nerf.view_consistency_stride={1 if fit_box else 2}",  # ... on every second sample
     )
     eager, eager_values, _ = run_steps(config, captured=False)
     graph, graph_values, runner = run_steps(config, captured=True)

@@ -86,45 +86,52 @@ def test_transmittance_entropy():
 
 def test_auxiliary_losses_follow_the_config():
     weights = ["nerf.sample_color_weight=0.5", "nerf.entropy_weight=0.25"]
-    c = load_config(None, ["experiment=nerf", *weights, "nerf.view_consistency_weight=2"])
+    view = ["nerf.view_consistency_weight=2", "nerf.view_consistency_stride=3"]
+    c = load_config(None, ["experiment=nerf", *weights, *view])
     m = model(occupancy_threshold=1e-3)
     m.update_occupancy()
     origins, directions = rays(32, seed=14)
     out = m.render(origins, directions, torch.ones(3))
     target = torch.rand(32, 3, generator=torch.Generator().manual_seed(4))
     want = 0.5 * sample_color_loss(out, target) + 0.25 * transmittance_entropy(out["acc"])
-    want = want + 2 * view_consistency_loss(m, out, directions)
+    want = want + 2 * view_consistency_loss(m, out, directions, stride=3)
     torch.testing.assert_close(auxiliary_losses(c.nerf, m, out, directions, target), want)
     off = load_config(None, ["experiment=nerf"]).nerf
     assert auxiliary_losses(off, m, out, directions, target) == 0.0
 
 
-def loop_view_loss(m, origins, directions) -> float:
-    """The view-consistency loss from the plain renderer's samples, ray by ray: each ray's
-    coloured samples coloured again along the previous ray's direction."""
-    total, background = 0.0, torch.ones(3, dtype=directions.dtype)
+def loop_view_terms(m, origins, directions) -> list[float]:
+    """The view-consistency loss's per-sample terms from the plain renderer, ray by ray (so
+    in ray order): each ray's coloured samples coloured again along the previous ray's
+    direction, weight x squared difference."""
+    terms, background = [], torch.ones(3, dtype=directions.dtype)
     for r in range(origins.shape[0]):
         out = m.render(origins[r : r + 1], directions[r : r + 1], background)
         other = positional_encoding(directions[r - 1], m.view_frequencies)  # [E]
         rgb = m.shade(out["sample_features"], other.expand(out["sample_rgb"].shape[0], -1))
         error = (out["sample_rgb"] - rgb).square().sum(-1)
-        total += float((out["sample_weight"] * error).sum().detach())
-    return total / origins.shape[0]
+        terms += (out["sample_weight"] * error).detach().tolist()
+    return terms
 
 
-def test_view_consistency_loss_is_the_weighted_colour_change_with_another_rays_direction():
+@pytest.mark.parametrize("stride", [1, 3])
+def test_view_consistency_loss_is_the_weighted_colour_change_with_another_rays_direction(stride):
+    """Every coloured sample (stride 1), or every third of the batch's list, three times
+    over; padding rows of a planned render add nothing either way."""
     torch_model, fused = pair()
     origins, directions = (x.double() for x in rays(40, seed=16))
-    want = loop_view_loss(torch_model, origins, directions)
-    assert want > 0
+    terms = loop_view_terms(torch_model, origins, directions)
+    want = stride * sum(terms[::stride]) / 40
+    assert want > 0 and len(terms) > 50
     for m in (torch_model, fused):
         out = m.render(origins, directions, torch.ones(3, dtype=torch.float64))
-        assert math.isclose(view_consistency_loss(m, out, directions).item(), want, rel_tol=1e-9)
-    fused.sizing = "planned"  # padding rows (weight 0, ray R) add nothing
+        got = view_consistency_loss(m, out, directions, stride).item()
+        assert math.isclose(got, want, rel_tol=1e-9)
+    fused.sizing = "planned"
     fused.render(origins, directions, torch.ones(3, dtype=torch.float64))  # measures the counts
     planned = fused.render(origins, directions, torch.ones(3, dtype=torch.float64))
     assert int(planned["sample_ray"].max()) == 40
-    got = view_consistency_loss(fused, planned, directions).item()
+    got = view_consistency_loss(fused, planned, directions, stride).item()
     assert math.isclose(got, want, rel_tol=1e-9)
 
 
@@ -149,6 +156,12 @@ def test_view_consistency_loss_is_zero_for_a_colour_blind_to_the_view():
 def test_negative_weights_are_refused(key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, ["experiment=nerf", f"{key}=-0.1"])
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5"])
+def test_a_view_consistency_stride_below_one_or_fractional_is_refused(value):
+    with pytest.raises(ConfigError, match=r"nerf\.view_consistency_stride"):
+        load_config(None, ["experiment=nerf", f"nerf.view_consistency_stride={value}"])
 
 
 def test_bfloat16_mlp_renders_close_to_float32_with_float32_gradients():

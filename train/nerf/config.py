@@ -161,6 +161,12 @@ class NerfConfig:
         "training views pays it, effects the views agree on (highlights) outweigh it.",
         0.0,
     )
+    view_consistency_stride: int = doc(
+        "nerf: the view-consistency penalty on every this-many-th coloured sample of the "
+        "batch only, that many times over (an estimate of the whole penalty): its second "
+        "colour MLP pass costs 1/stride of the time and memory.",
+        1,
+    )
     appearance: str = doc(
         "nerf: `off`, or `affine`: each training image gets its own colour transform of the "
         "render (a 3x3 matrix and an offset, learnt), for captures whose exposure or white "
@@ -230,7 +236,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(f"data.test_views: expected an integer >= 0, got {d.test_views}")
     if len(d.background) != 3 or not all(0 <= v <= 1 for v in d.background):
         raise ConfigError(f"data.background: expected 3 numbers in [0, 1], got {d.background!r}")
-    for key in ("color_features", "hidden", "occupancy_every"):
+    for key in ("color_features", "hidden", "occupancy_every", "view_consistency_stride"):
         if getattr(n, key) < 1:
             raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
     for key in ("view_frequencies", "occupancy_start", "occupancy_grow_until"):

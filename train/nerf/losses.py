@@ -20,7 +20,8 @@ def auxiliary_losses(
     none is on)."""
     loss = 0.0
     if n.view_consistency_weight:
-        loss = loss + n.view_consistency_weight * view_consistency_loss(model, out, directions)
+        penalty = view_consistency_loss(model, out, directions, n.view_consistency_stride)
+        loss = loss + n.view_consistency_weight * penalty
     if n.sample_color_weight:
         loss = loss + n.sample_color_weight * sample_color_loss(out, target)
     if n.entropy_weight:
@@ -42,15 +43,20 @@ def transmittance_entropy(acc: Tensor) -> Tensor:
     return (torch.special.entr(p) + torch.special.entr(1 - p)).mean()  # entr(x) = -x log x
 
 
-def view_consistency_loss(model, out: dict[str, Any], directions: Tensor) -> Tensor:
+def view_consistency_loss(
+    model, out: dict[str, Any], directions: Tensor, stride: int = 1
+) -> Tensor:
     """How much the coloured samples' colours depend on the view: each sample's colour
     against the colour MLP's on its same features along the batch's previous ray
     (`directions` rolled by one: another random direction, and no random numbers, so a
     captured step replays it), weight x squared difference summed per ray. Colour that one
     training view wants and the others do not pays it; view effects all the views agree on
-    outweigh it."""
+    outweigh it. With `stride` k only every k-th coloured sample of the list (sorted by ray,
+    so each ray's samples are thinned evenly) pays it, k times over: an estimate of the whole
+    loss for 1/k of the second MLP pass (a strided view: static shapes, so it captures)."""
     other = positional_encoding(directions.roll(1, 0), model.view_frequencies)  # [R, E]
     other = torch.cat([other, other.new_zeros(1, other.shape[1])])  # row R: padding samples
-    rgb = model.shade(out["sample_features"], other[out["sample_ray"]])  # [V, 3]
-    error = (out["sample_rgb"] - rgb).square().sum(-1)  # [V]
-    return (out["sample_weight"] * error).sum() / directions.shape[0]
+    ray = out["sample_ray"][::stride]  # [V / k]
+    rgb = model.shade(out["sample_features"][::stride], other[ray])  # [V / k, 3]
+    error = (out["sample_rgb"][::stride] - rgb).square().sum(-1)  # [V / k]
+    return stride * (out["sample_weight"][::stride] * error).sum() / directions.shape[0]
