@@ -100,6 +100,25 @@ def test_resume_continues_exactly(scene, tmp_path, optimizer):
     assert sa["psnr"] == sb["psnr"]
 
 
+def test_a_fixed_decay_horizon_makes_a_longer_run_the_shorter_one_continued(scene, tmp_path):
+    """nerf.lr_decay_steps: the first 50 steps of a 100-step run are the 50-step run's, bit
+    for bit; with the default (the schedule stretches with train.steps) they are not."""
+    models = {}
+    for name, steps, horizon in (("short", 50, 49), ("long", 100, 49), ("stretched", 100, 0)):
+        out = tmp_path / name
+        extra = ("output.checkpoint_every=0", "train.upsample_steps=[30]")
+        extra += (f"nerf.lr_decay_steps={horizon}",)
+        args = args_for(scene, f"train.steps={steps}", *extra)
+        assert main(["--out", str(out), *args, *(["--stop-at", "50"] if steps > 50 else [])]) == 0
+        models[name] = torch.load(out / "checkpoint.pt", weights_only=True)["model"]
+    for key, value in models["short"].items():
+        assert torch.equal(value, models["long"][key]), key
+    assert not torch.equal(models["short"]["color.features"], models["stretched"]["color.features"])
+    exp = NerfExperiment.__new__(NerfExperiment)  # the schedule alone, past the horizon too
+    exp.config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10"])
+    assert exp.decay(10) == pytest.approx(0.1) and exp.decay(20) == pytest.approx(0.01)
+
+
 def test_eval_seconds_evaluate_when_training_time_reaches_them(scene, tmp_path):
     out = tmp_path / "run"
     extra = ("train.steps=30", "train.upsample_steps=[]", "train.upsample_resolutions=[]")
@@ -169,6 +188,7 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["experiment=nerf", "nerf.lr_mlp=0"], "nerf.lr_mlp"),
         (["experiment=nerf", "nerf.optimizer=sgd"], "nerf.optimizer"),
         (["experiment=nerf", "nerf.occupancy_grow_until=-1"], "nerf.occupancy_grow_until"),
+        (["experiment=nerf", "nerf.lr_decay_steps=-5"], "nerf.lr_decay_steps"),
         (["experiment=nerf", "nerf.shift_decay=-1"], "nerf.shift_decay"),
         (["experiment=nerf", "train.upsample_moments=rescale"], "train.upsample_moments"),
         (["experiment=image"], "experiment"),

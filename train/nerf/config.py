@@ -140,7 +140,16 @@ class NerfConfig:
     lr_color: float = doc("nerf: Adam learning rate of the colour grid.", 0.1)
     lr_mlp: float = doc("nerf: Adam learning rate of the colour MLP.", 0.001)
     lr_decay: float = doc(
-        "nerf: every learning rate is multiplied by this at the last step (exponential).", 0.1
+        "nerf: every learning rate is multiplied by this at the last step (exponential; "
+        "or at nerf.lr_decay_steps).",
+        0.1,
+    )
+    lr_decay_steps: int = doc(
+        "nerf: the step at which the learning rates reach `lr_decay` times their start, "
+        "decaying on at the same rate after it (0: the run's last step, so the schedule "
+        "stretches with train.steps). Fixed, a longer run is the shorter one continued at "
+        "ever smaller learning rates.",
+        0,
     )
     sample_color_weight: float = doc(
         "nerf: weight of the per-sample colour loss, sum over a ray's coloured samples of "
@@ -239,7 +248,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("color_features", "hidden", "occupancy_every", "view_consistency_stride"):
         if getattr(n, key) < 1:
             raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
-    for key in ("view_frequencies", "occupancy_start", "occupancy_grow_until"):
+    for key in ("view_frequencies", "occupancy_start", "occupancy_grow_until", "lr_decay_steps"):
         if getattr(n, key) < 0:
             raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
     if n.optimizer not in OPTIMIZERS:

@@ -217,7 +217,8 @@ class NerfExperiment:
         fit_optimizer(self.optimizer, self.graphed)
 
     def decay(self, step: int) -> float:
-        return self.config.nerf.lr_decay ** (step / max(1, self.config.train.steps - 1))
+        n = self.config.nerf  # lr_decay_steps 0: at the run's last step
+        return n.lr_decay ** (step / (n.lr_decay_steps or max(1, self.config.train.steps - 1)))
 
     def learning_rate(self, step: int) -> float:
         """The density grid's learning rate (the others follow the same decay)."""
@@ -290,8 +291,7 @@ class NerfExperiment:
         return self.pool
 
     def box_fitted(self) -> bool:
-        """Whether the grids were moved onto a fitted box (saved with them: a resumed run
-        knows)."""
+        """Whether the grids were moved onto a fitted box (saved: a resumed run knows)."""
         box = torch.tensor(self.model.bounds_list, dtype=torch.float32)
         return not torch.equal(box, torch.tensor(self.model.home_bounds, dtype=torch.float32))
 
