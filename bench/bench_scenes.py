@@ -203,6 +203,25 @@ def difference(results: dict[str, dict], system: str = "ours") -> tuple[float | 
     return (sum(both) / len(both) if both else None), len(both)
 
 
+def mean_reach(results: dict[str, dict], system: str) -> tuple[float, float] | None:
+    """Where `system`'s mean curve over the scenes that have DirectVoxGO too first reaches
+    DirectVoxGO's mean PSNR: (our mean training seconds there, that over DirectVoxGO's mean
+    seconds). The curves are averaged evaluation by evaluation (one config's runs share
+    their evaluation steps). None: never, or no scene with both."""
+    both = [r for r in results.values() if r.get(system, {}).get("curve") and r.get("dvgo")]
+    both = [r for r in both if None not in (r["dvgo"].get("psnr"), r["dvgo"].get("train_seconds"))]
+    if not both:
+        return None
+    level = sum(r["dvgo"]["psnr"] for r in both) / len(both)
+    seconds = sum(r["dvgo"]["train_seconds"] for r in both) / len(both)
+    # up to the shortest curve: [scenes] of (seconds, psnr) per evaluation
+    for points in zip(*(r[system]["curve"] for r in both), strict=False):
+        if sum(p for _, p in points) / len(points) >= level:
+            t = sum(t for t, _ in points) / len(points)
+            return t, t / seconds
+    return None
+
+
 def _number(value, fmt: str) -> str:
     missing = value is None or (isinstance(value, float) and math.isnan(value))
     return "-" if missing else fmt.format(value)
@@ -237,6 +256,13 @@ def summary_line(results: dict[str, dict], system: str) -> str:
             f"{sum(d < 0 for d in deltas)} below it, its PSNR reached on {len(reached)}"
         )
         text += f" (by {max(reached):.2f} of its time at worst)" if reached else ""
+        crossing = mean_reach(results, system)
+        text += (
+            "; its mean PSNR never reached by the mean curve"
+            if crossing is None
+            else f"; the mean curve at its mean PSNR at {crossing[0]:.1f} s, "
+            f"{crossing[1]:.2f} of its mean time"
+        )
     return text + "."
 
 
@@ -266,7 +292,9 @@ def markdown(results: dict[str, dict], meta: dict) -> str:
         "torch.cuda.max_memory_allocated. PSNR at DVGO's s: ours at its first evaluation at "
         "or after DirectVoxGO's training seconds (- when ours ended before); DVGO's PSNR at: "
         "ours' first training seconds at or above DirectVoxGO's final PSNR, as a fraction of "
-        "DirectVoxGO's seconds (- never). Generation seconds per scene are in scenes.json.",
+        "DirectVoxGO's seconds (- never). The mean curve: ours' curves averaged evaluation by "
+        "evaluation over the scenes DirectVoxGO ran too, first at or above its mean PSNR. "
+        "Generation seconds per scene are in scenes.json.",
     ]
     return "\n".join(lines)
 

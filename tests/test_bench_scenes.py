@@ -81,7 +81,13 @@ def test_means_and_table():
     assert "- ours: mean PSNR 30.00 dB over 3 scenes" in table
     # a: ours reaches 29.0 at 50 s of its 200 (0.25); c: never reaches 27.0
     assert "against DirectVoxGO on 2: mean +0.00 dB, 1 below it, its PSNR reached on 1" in table
-    assert "(by 0.25 of its time at worst)." in table
+    assert "(by 0.25 of its time at worst);" in table
+    # mean curves over a and c: 26, 27, 28 at 10, 50, 100 s; DirectVoxGO's mean 28 in 200 s
+    assert "; the mean curve at its mean PSNR at 100.0 s, 0.50 of its mean time." in table
+    assert bench_scenes.mean_reach(results, "ours") == (pytest.approx(100.0), pytest.approx(0.5))
+    results["a"]["dvgo"]["psnr"] = 31.0  # mean 29: never
+    assert bench_scenes.mean_reach(results, "ours") is None
+    assert "never reached by the mean curve." in bench_scenes.markdown(results, meta)
     assert "- dvgo: mean PSNR 28.00 dB over 2 scenes" in table
 
 
