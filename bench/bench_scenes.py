@@ -208,7 +208,7 @@ def mean_reach(results: dict[str, dict], system: str) -> tuple[float, float] | N
     DirectVoxGO's mean PSNR: (our mean training seconds there, that over DirectVoxGO's mean
     seconds). The curves are averaged evaluation by evaluation (one config's runs share
     their evaluation steps). None: never, or no scene with both."""
-    both = [r for r in results.values() if r.get(system, {}).get("curve") and r.get("dvgo")]
+    both = [r for r in results.values() if (r.get(system) or {}).get("curve") and r.get("dvgo")]
     both = [r for r in both if None not in (r["dvgo"].get("psnr"), r["dvgo"].get("train_seconds"))]
     if not both:
         return None

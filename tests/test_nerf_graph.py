@@ -159,9 +159,10 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
         # learning rate's size: a few elements differ (measured on an H200: 54 of 170352 by
         # 0.003 without the view-consistency penalty, 819 of 168480 by 0.008 with it, in the
         # colour features, where an earlier run of the same test stayed under 0.1%)
+        limit = 1e-2 if optimizer == "adam" else 1e-3  # the penalty's cases, the others
         apart = ~torch.isclose(a, b, rtol=1e-3, atol=1e-4)
         worst = float((a - b).abs().max())
-        assert apart.float().mean() < 1e-2 and worst < 0.05, (
+        assert apart.float().mean() < limit and worst < 0.05, (
             f"{name}: {int(apart.sum())} of {a.numel()} elements apart, the largest by {worst:.4g}"
         )
     assert torch.equal(eager.gen.get_state(), graph.gen.get_state())
