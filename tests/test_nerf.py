@@ -117,6 +117,8 @@ def test_a_fixed_decay_horizon_makes_a_longer_run_the_shorter_one_continued(scen
     exp = NerfExperiment.__new__(NerfExperiment)  # the schedule alone, past the horizon too
     exp.config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10"])
     assert exp.decay(10) == pytest.approx(0.1) and exp.decay(20) == pytest.approx(0.01)
+    exp.config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10", "train.steps=5"])
+    assert exp.decay(4) == pytest.approx(0.1)  # a shorter run still decays by its last step
 
 
 def test_eval_seconds_evaluate_when_training_time_reaches_them(scene, tmp_path):

@@ -145,10 +145,10 @@ class NerfConfig:
         0.1,
     )
     lr_decay_steps: int = doc(
-        "nerf: the step at which the learning rates reach `lr_decay` times their start, "
-        "decaying on at the same rate after it (0: the run's last step, so the schedule "
-        "stretches with train.steps). Fixed, a longer run is the shorter one continued at "
-        "ever smaller learning rates.",
+        "nerf: the latest step at which the learning rates reach `lr_decay` times their "
+        "start, decaying on at the same rate after it; a run with fewer steps reaches it at "
+        "its last step (0: always the run's last step, so the schedule stretches with "
+        "train.steps). Set, a longer run is the shorter one continued at ever smaller rates.",
         0,
     )
     sample_color_weight: float = doc(

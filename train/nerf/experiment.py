@@ -217,8 +217,8 @@ class NerfExperiment:
         fit_optimizer(self.optimizer, self.graphed)
 
     def decay(self, step: int) -> float:
-        n = self.config.nerf  # lr_decay_steps 0: at the run's last step
-        return n.lr_decay ** (step / (n.lr_decay_steps or max(1, self.config.train.steps - 1)))
+        n, last = self.config.nerf, max(1, self.config.train.steps - 1)
+        return n.lr_decay ** (step / min(last, n.lr_decay_steps or last))
 
     def learning_rate(self, step: int) -> float:
         """The density grid's learning rate (the others follow the same decay)."""
