@@ -179,7 +179,8 @@ class NerfConfig:
     direct_color_until: int = doc(
         "nerf: the steps before this one colour a sample with the colour grid's first 3 "
         "features through a sigmoid, without the MLP or the view (DirectVoxGO's coarse "
-        "stage, cheaper while most of the box is still sampled; 0: off).",
+        "stage, cheaper while most of the box is still sampled; on a mirror it costs PSNR: "
+        "docs/nerf.md; 0: off).",
         0,
     )
     appearance: str = doc(
