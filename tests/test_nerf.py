@@ -121,37 +121,6 @@ def test_a_fixed_decay_horizon_makes_a_longer_run_the_shorter_one_continued(scen
     assert exp.decay(4) == pytest.approx(0.1)  # a shorter run still decays by its last step
 
 
-def test_direct_color_steps_leave_the_mlp_alone_and_renders_follow_the_checkpoint(scene, tmp_path):
-    """nerf.direct_color_until: the steps before it colour with the colour grid's first 3
-    features (no MLP gradient: its weights stay at their start), the steps after it with the
-    MLP; a checkpoint renders with the colour its last step used."""
-    from train.checkpoint import load_checkpoint
-    from train.nerf.export import load_model
-
-    out = tmp_path / "run"
-    args = args_for(scene, "nerf.direct_color_until=60", "nerf.view_consistency_weight=0.01")
-    models, rendered = {}, {}
-    for stop in (1, 60, 120):
-        resume = ["--resume"] if stop > 1 else []
-        assert main(["--out", str(out), *args, "--stop-at", str(stop), *resume]) == 0
-        checkpoint = load_checkpoint(out)
-        models[stop] = checkpoint["model"]
-        config = load_config(base=checkpoint["config"])
-        rendered[stop] = load_model(config, checkpoint, out).direct_color
-    for key, value in models[1].items():
-        if key.startswith("mlp."):
-            assert torch.equal(value, models[60][key]), key  # no MLP step before 60
-            assert not torch.equal(value, models[120][key]), key
-    assert not torch.equal(models[1]["color.features"], models[60]["color.features"])
-    assert rendered == {1: True, 60: True, 120: False}
-    model = load_model(config, checkpoint, out)
-    n = config.nerf
-    features = torch.randn(5, n.color_features)  # [S, F]
-    views = torch.randn(5, 3 * (1 + 2 * n.view_frequencies))  # [S, E]
-    model.direct_color = True
-    torch.testing.assert_close(model.shade(features, views), torch.sigmoid(features[:, :3]))
-
-
 def test_eval_seconds_evaluate_when_training_time_reaches_them(scene, tmp_path):
     out = tmp_path / "run"
     extra = ("train.steps=30", "train.upsample_steps=[]", "train.upsample_resolutions=[]")
@@ -222,7 +191,6 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["experiment=nerf", "nerf.optimizer=sgd"], "nerf.optimizer"),
         (["experiment=nerf", "nerf.occupancy_grow_until=-1"], "nerf.occupancy_grow_until"),
         (["experiment=nerf", "nerf.lr_decay_steps=-5"], "nerf.lr_decay_steps"),
-        (["experiment=nerf", "nerf.direct_color_until=-1"], "nerf.direct_color_until"),
         (["experiment=nerf", "nerf.shift_decay=-1"], "nerf.shift_decay"),
         (["experiment=nerf", "train.upsample_moments=rescale"], "train.upsample_moments"),
         (["experiment=image"], "experiment"),

@@ -144,7 +144,6 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
         f"nerf.jitter={str(fit_box).lower()}",  # stratified samples: their draws captured too
         f"nerf.view_consistency_weight={0.1 if optimizer == 'adam' else 0}",  # 2nd MLP pass
         f"nerf.view_consistency_stride={4 if fit_box else 1}",  # ... on every 4th sample
-        f"nerf.direct_color_until={20 if optimizer == 'masked_adam' else 0}",  # MLP from 20
     )
     eager, eager_values, _ = run_steps(config, captured=False)
     graph, graph_values, runner = run_steps(config, captured=True)

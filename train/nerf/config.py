@@ -176,13 +176,6 @@ class NerfConfig:
         "colour MLP pass costs 1/stride of the time and memory.",
         1,
     )
-    direct_color_until: int = doc(
-        "nerf: the steps before this one colour a sample with the colour grid's first 3 "
-        "features through a sigmoid, without the MLP or the view (DirectVoxGO's coarse "
-        "stage, cheaper while most of the box is still sampled; on a mirror it costs PSNR: "
-        "docs/nerf.md; 0: off).",
-        0,
-    )
     appearance: str = doc(
         "nerf: `off`, or `affine`: each training image gets its own colour transform of the "
         "render (a 3x3 matrix and an offset, learnt), for captures whose exposure or white "
@@ -255,13 +248,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("color_features", "hidden", "occupancy_every", "view_consistency_stride"):
         if getattr(n, key) < 1:
             raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
-    for key in (
-        "view_frequencies",
-        "occupancy_start",
-        "occupancy_grow_until",
-        "lr_decay_steps",
-        "direct_color_until",
-    ):
+    for key in ("view_frequencies", "occupancy_start", "occupancy_grow_until", "lr_decay_steps"):
         if getattr(n, key) < 0:
             raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
     if n.optimizer not in OPTIMIZERS:

@@ -225,13 +225,13 @@ class NerfExperiment:
         return self.config.nerf.lr_density * self.decay(step)
 
     def begin_step(self, step: int) -> None:
-        n, factor = self.config.nerf, self.decay(step)
+        factor = self.decay(step)
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], Tensor):
                 group["lr"].fill_(group["base_lr"] * factor)
             else:
                 group["lr"] = group["base_lr"] * factor
-        self.model.direct_color = step < n.direct_color_until
+        n = self.config.nerf
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             shrink_only = 0 < n.occupancy_grow_until <= step
             self.occupied = self.model.update_occupancy(shrink_only=shrink_only)
@@ -333,7 +333,7 @@ class NerfExperiment:
         occ = m.occupancy_grid
         pool_at = 0 if pool is None else pool.data_ptr()
         where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at)
-        return (sizes, where, tuple(map(tuple, m.bounds_list)), m.direct_color)
+        return (sizes, where, tuple(map(tuple, m.bounds_list)))
 
     def gradient_support(self) -> dict[Tensor, Tensor] | None:
         """For `World.average_gradients` under torchrun: the rows of the colour grid that a

@@ -109,8 +109,6 @@ def load_model(
         problem = " ".join(str(error).split())
         path = out / "checkpoint.pt"
         raise InputFileError(path, f"does not fit its config ({problem})") from None
-    # the colour the last trained step used (nerf.direct_color_until)
-    model.direct_color = max(checkpoint["step"] - 1, 0) < config.nerf.direct_color_until
     return model.eval()
 
 

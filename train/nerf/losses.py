@@ -19,7 +19,7 @@ def auxiliary_losses(
     of rays along `directions` [R, 3] whose pixels have colours `target` [R, 3] (0.0 when
     none is on)."""
     loss = 0.0
-    if n.view_consistency_weight and not model.direct_color:  # no view, nothing to pay
+    if n.view_consistency_weight:
         penalty = view_consistency_loss(model, out, directions, n.view_consistency_stride)
         loss = loss + n.view_consistency_weight * penalty
     if n.sample_color_weight:

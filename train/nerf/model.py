@@ -257,7 +257,6 @@ class VoxelNeRF(nn.Module):
         self.density = make_grid(backend, size, 1, bounds, device)
         self.color = make_grid(backend, size, color_features, bounds, device)
         self.view_frequencies = view_frequencies
-        self.direct_color = False
         self.mlp = color_mlp(color_features, view_frequencies, hidden, device)
         self.step_ratio = step_ratio
         self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
@@ -326,9 +325,7 @@ class VoxelNeRF(nn.Module):
 
     def shade(self, features: Tensor, view_encoding: Tensor) -> Tensor:
         """The colour MLP: features [S, F] (of the colour grid), view_encoding [S, E] ->
-        [S, 3] in (0, 1); with `direct_color` set, the first 3 features' sigmoid instead."""
-        if self.direct_color:
-            return torch.sigmoid(features[..., :3])
+        [S, 3] in (0, 1)."""
         x = torch.cat([features, view_encoding], -1)
         if self.mlp_dtype == torch.float32:
             return torch.sigmoid(self.mlp(x))
