@@ -192,7 +192,6 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
         (["experiment=nerf", "nerf.occupancy_grow_until=-1"], "nerf.occupancy_grow_until"),
         (["experiment=nerf", "nerf.lr_decay_steps=-5"], "nerf.lr_decay_steps"),
         (["experiment=nerf", "nerf.shift_decay=-1"], "nerf.shift_decay"),
-        (["experiment=nerf", "nerf.coarse_step_ratio=-0.5"], "nerf.coarse_step_ratio"),
         (["experiment=nerf", "train.upsample_moments=rescale"], "train.upsample_moments"),
         (["experiment=image"], "experiment"),
     ],
@@ -245,24 +244,3 @@ def test_shift_decay_lowers_the_density_at_each_upsample(scene, decay):
         exp.model.density_values().fill_(2.0)
     exp.upsample((20, 20, 20))
     assert torch.allclose(exp.model.density_values(), torch.full((20, 20, 20), 2.0 - decay))
-
-
-@pytest.mark.parametrize("coarse", [0.0, 1.0])
-def test_coarse_step_ratio_spaces_the_samples_before_the_first_upsample(scene, coarse):
-    """Before the first upsample (step 60 here) a step's rays are sampled every
-    `nerf.coarse_step_ratio` voxels, after it (and with 0, always) every `nerf.step_ratio`;
-    the density keeps its scale, so a uniform fog renders the same opacity at either spacing."""
-    config = load_config(None, [*SHORT, f"data.path={scene}", f"nerf.coarse_step_ratio={coarse}"])
-    exp = NerfExperiment(config, torch.device("cpu"), torch.Generator().manual_seed(0), None)
-    with torch.no_grad():
-        exp.model.density_values().fill_(2.0)  # opacity ~0.8 through the box: none saturates
-    origins = torch.tensor([[-3.0, y, z] for y in (-0.7, 0.1, 0.9) for z in (-0.4, 0.3)])
-    directions = torch.nn.functional.normalize(torch.tensor([[1.0, 0.1, 0.05]]).expand(6, 3), dim=1)
-    out = {}
-    for step in (59, 60):
-        exp.begin_step(step)
-        out[step] = exp.model.render(origins, directions, exp.background)
-    ratio = out[59]["samples"] / out[60]["samples"]
-    assert ratio == pytest.approx(0.5 / (coarse or 0.5), rel=0.05)
-    assert torch.allclose(out[59]["acc"], out[60]["acc"], rtol=0.05)
-    assert out[60]["acc"].min() > 0.2 and out[60]["acc"].max() < 0.99

@@ -86,12 +86,6 @@ class NerfConfig:
     hidden: int = doc("nerf: width of the colour MLP's two hidden layers.", 128)
     view_frequencies: int = doc("nerf: positional-encoding frequencies of the view direction.", 4)
     step_ratio: float = doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
-    coarse_step_ratio: float = doc(
-        "nerf: the sample spacing before the first of `train.upsample_steps` (the coarse "
-        "phase), in voxels of that grid; 0: `nerf.step_ratio`. The density's scale does not "
-        "change with it (a sample's thickness is measured in voxels of the final grid).",
-        0.0,
-    )
     jitter: bool = doc(
         "nerf: stratified samples in training: each training ray's samples shift by its own "
         "random fraction of a step (as DirectVoxGO's training rays), so a ray is not sampled "
@@ -264,7 +258,6 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
     positive(n.shift_decay, "nerf.shift_decay", zero=True)
-    positive(n.coarse_step_ratio, "nerf.coarse_step_ratio", zero=True)
     if n.mlp_dtype not in MLP_DTYPES:
         raise ConfigError(
             f"nerf.mlp_dtype: expected one of {', '.join(MLP_DTYPES)}, got {n.mlp_dtype!r}"
@@ -321,13 +314,6 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.init: 'points' is for the sdf experiment only")
     if c.grid.interpolation == "smoothstep":
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
-
-
-def step_ratio_at(c: Config, step: int) -> float:
-    """The sample spacing of `step`: `nerf.coarse_step_ratio` (where set) before the first
-    of `train.upsample_steps`, else `nerf.step_ratio`."""
-    n, first = c.nerf, (c.train.upsample_steps or [0])[0]
-    return n.coarse_step_ratio if n.coarse_step_ratio and step < first else n.step_ratio
 
 
 def validate_scan(d: DataConfig) -> None:

@@ -36,7 +36,7 @@ from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .appearance import color_correct, make_appearance
-from .config import graph_problem, scene_args, step_ratio_at
+from .config import graph_problem, scene_args
 from .evaluation import background_errors, background_metrics, seconds_to
 from .fit_box import box_resolution, surface_box
 from .losses import auxiliary_losses
@@ -232,7 +232,6 @@ class NerfExperiment:
             else:
                 group["lr"] = group["base_lr"] * factor
         n = self.config.nerf
-        self.model.step_ratio = step_ratio_at(self.config, step)  # in the graph's key
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             shrink_only = 0 < n.occupancy_grow_until <= step
             self.occupied = self.model.update_occupancy(shrink_only=shrink_only)
@@ -334,7 +333,7 @@ class NerfExperiment:
         occ = m.occupancy_grid
         pool_at = 0 if pool is None else pool.data_ptr()
         where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at)
-        return (sizes, where, tuple(map(tuple, m.bounds_list)), m.step_ratio)
+        return (sizes, where, tuple(map(tuple, m.bounds_list)))
 
     def gradient_support(self) -> dict[Tensor, Tensor] | None:
         """For `World.average_gradients` under torchrun: the rows of the colour grid that a
