@@ -141,7 +141,7 @@ class NerfConfig:
     lr_mlp: float = doc("nerf: Adam learning rate of the colour MLP.", 0.001)
     lr_decay: float = doc(
         "nerf: every learning rate is multiplied by this at the last step (exponential; "
-        "or at nerf.lr_decay_steps).",
+        "or at nerf.lr_decay_steps, if that is earlier).",
         0.1,
     )
     lr_decay_steps: int = doc(
