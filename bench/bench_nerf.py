@@ -6,6 +6,7 @@ renderer ("grid_sample", the baseline) and on `grid.sample` with the plain-PyTor
 
     python bench/bench_nerf.py --config configs/nerf_scene_gpu.toml [--checkpoint RUN/checkpoint.pt]
                                [--json PATH] [--set key=value ...] [--warmup N] [--reps N]
+                               [--profile] [--profile-loop]
 
 The model and the rays are those of the config (its scene, `train.batch_size` training rays,
 the same rays every repetition). With `--checkpoint` (a run directory's checkpoint.pt of
@@ -24,6 +25,10 @@ Two timing methods for the N1 rows, both medians (bench/harness.py): "queued" is
 (CUDA events around work enqueued behind a GPU sleep: the kernels back to back) and "synced"
 is `timeit_synced`, a per-step loop that synchronises after every step and reads the host
 clock. JSON and a markdown table go next to --json.
+
+`--profile-loop` only prints where 20 of the training loop's steps (captured where the config
+captures) spend their time, by kernel on CUDA (by op on the CPU), from the checkpoint's step
+on, after `--warmup` steps (default 128: past the first captures and exact renders).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from train.distributed import SINGLE
 from train.loop import select_device
 from train.nerf.experiment import NerfExperiment, make_model
 from train.nerf.model import VoxelNeRF
+from train.nerf.render import SampleCapacity
 from train.step_graph import GraphedStep, eager_step
 
 
@@ -260,6 +266,55 @@ def profile(exp: NerfExperiment, index: torch.Tensor, steps: int = 5) -> None:
         print(prof.key_averages().table(sort_by=key, row_limit=14, max_name_column_width=40))
 
 
+def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int = 20) -> None:
+    """Print where the training loop's own step spends its time (captured as CUDA graphs
+    where the config says so), from the checkpoint's step on: device time per step by
+    kernel on CUDA, CPU time by op elsewhere."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    config = load_config(args.config, ["output.progress=false", *args.set])
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    resolution = None if checkpoint is None else tuple(checkpoint["resolution"])
+    exp = NerfExperiment(config, device, gen, resolution)
+    if checkpoint is not None:
+        exp.model.load_state_dict(checkpoint["model"])
+    runner = GraphedStep(exp, SINGLE) if exp.graphed else None
+    at = [0 if checkpoint is None else checkpoint["step"]]
+
+    def step():
+        exp.begin_step(at[0])
+        runner.step() if runner is not None else eager_step(exp, SINGLE)
+        at[0] += 1
+
+    cuda = device.type == "cuda"
+    for _ in range(args.warmup if args.warmup is not None else 2 * SampleCapacity.every):
+        step()  # past the first captures and exact renders
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize(device)
+    if cuda:
+        events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+        spent = [e.self_device_time_total for e in events]
+    else:
+        events = list(prof.key_averages())
+        spent = [e.self_cpu_time_total for e in events]
+    order = sorted(range(len(events)), key=lambda i: -spent[i])
+    total = sum(spent) / steps / 1e3
+    mode = "captured" if runner is not None else "op by op"
+    print(
+        f"profile, the loop's step ({mode}), {steps} steps from step {at[0] - steps}: "
+        f"{total:.3f} ms of {'device' if cuda else 'CPU'} time a step"
+    )
+    for i in order[:30]:
+        ms = spent[i] / steps / 1e3
+        calls = events[i].count / steps
+        print(f"  {ms:9.4f} ms {100 * ms / total:5.1f}%  {calls:5.1f}x  {events[i].key[:90]}")
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']}"
@@ -309,6 +364,11 @@ def parse_args(argv=None):
     parser.add_argument(
         "--profile", action="store_true", help="also print torch.profiler tables of the step"
     )
+    parser.add_argument(
+        "--profile-loop",
+        action="store_true",
+        help="only print the kernels of the training loop's step (CUDA) and exit",
+    )
     return parser.parse_args(argv)
 
 
@@ -323,6 +383,9 @@ def main(argv=None) -> int:
     if args.checkpoint:
         checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
         resolution = tuple(checkpoint["resolution"])
+    if args.profile_loop:
+        profile_loop(args, checkpoint, device)
+        return 0
     exp = NerfExperiment(config, device, gen, resolution)
     if checkpoint is not None:
         exp.model.load_state_dict(checkpoint["model"])
