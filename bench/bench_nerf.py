@@ -168,6 +168,31 @@ LOOP_MODES = (  # name, overrides: the loop's step as `train` runs it
 )
 
 
+def loop_step(args, checkpoint: dict | None, device: torch.device, overrides=(), grid_sample=False):
+    """The training loop's step as `train` runs it (`begin_step`, then the step: captured as
+    CUDA graphs or op by op, train/step_graph.py), from the checkpoint's step on; on
+    grid_sample's backend with `grid_sample`. Returns (step, experiment, runner or None)."""
+    config = load_config(args.config, ["output.progress=false", *args.set, *overrides])
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    resolution = None if checkpoint is None else tuple(checkpoint["resolution"])
+    exp = NerfExperiment(config, device, gen, resolution)
+    if checkpoint is not None:
+        exp.model.load_state_dict(checkpoint["model"])
+    if grid_sample:
+        exp.model = to_channels_first(exp.model, config)
+        exp.optimizer = exp.make_optimizer()
+    runner = GraphedStep(exp, SINGLE) if exp.graphed else None
+    at = [0 if checkpoint is None else checkpoint["step"]]
+
+    def step():
+        exp.begin_step(at[0])
+        runner.step() if runner is not None else eager_step(exp, SINGLE)
+        at[0] += 1
+
+    step.at = at  # the next step's number
+    return step, exp, runner
+
+
 def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) -> dict:
     """N1 loop: the training loop's step (`begin_step`, then the step: captured as CUDA
     graphs or op by op, train/step_graph.py) on random batches from the checkpoint's step
@@ -178,23 +203,7 @@ def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) ->
     calls = 20
     row = {"workload": "N1 loop", "state": "trained", "calls": calls}
     for name, overrides in LOOP_MODES:
-        config = load_config(args.config, ["output.progress=false", *args.set, *overrides])
-        gen = torch.Generator(device=device).manual_seed(args.seed)
-        resolution = None if checkpoint is None else tuple(checkpoint["resolution"])
-        exp = NerfExperiment(config, device, gen, resolution)
-        if checkpoint is not None:
-            exp.model.load_state_dict(checkpoint["model"])
-        if name == "grid_sample":
-            exp.model = to_channels_first(exp.model, config)
-            exp.optimizer = exp.make_optimizer()
-        runner = GraphedStep(exp, SINGLE) if exp.graphed else None
-        at = [0 if checkpoint is None else checkpoint["step"]]
-
-        def step(exp=exp, runner=runner, at=at):
-            exp.begin_step(at[0])
-            runner.step() if runner is not None else eager_step(exp, SINGLE)
-            at[0] += 1
-
+        step, exp, runner = loop_step(args, checkpoint, device, overrides, name == "grid_sample")
         for _ in range(warm):
             step()
         back, error = attempt(lambda step=step: statistics(host_times(step, device, reps, calls)))
@@ -273,23 +282,11 @@ def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    config = load_config(args.config, ["output.progress=false", *args.set])
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-    resolution = None if checkpoint is None else tuple(checkpoint["resolution"])
-    exp = NerfExperiment(config, device, gen, resolution)
-    if checkpoint is not None:
-        exp.model.load_state_dict(checkpoint["model"])
-    runner = GraphedStep(exp, SINGLE) if exp.graphed else None
-    at = [0 if checkpoint is None else checkpoint["step"]]
-
-    def step():
-        exp.begin_step(at[0])
-        runner.step() if runner is not None else eager_step(exp, SINGLE)
-        at[0] += 1
-
+    step, _, runner = loop_step(args, checkpoint, device)
     cuda = device.type == "cuda"
     for _ in range(args.warmup if args.warmup is not None else 2 * SampleCapacity.every):
         step()  # past the first captures and exact renders
+    start = step.at[0]
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch_profile(activities=activities) as prof:
         for _ in range(steps):
@@ -306,7 +303,7 @@ def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int
     total = sum(spent) / steps / 1e3
     mode = "captured" if runner is not None else "op by op"
     print(
-        f"profile, the loop's step ({mode}), {steps} steps from step {at[0] - steps}: "
+        f"profile, the loop's step ({mode}), {steps} steps from step {start}: "
         f"{total:.3f} ms of {'device' if cuda else 'CPU'} time a step"
     )
     for i in order[:30]:
@@ -367,7 +364,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--profile-loop",
         action="store_true",
-        help="only print the kernels of the training loop's step (CUDA) and exit",
+        help="only print where the training loop's step spends its time (by kernel on CUDA, "
+        "by op on the CPU) and exit",
     )
     return parser.parse_args(argv)
 
