@@ -189,7 +189,6 @@ def loop_step(args, checkpoint: dict | None, device: torch.device, overrides=(),
         runner.step() if runner is not None else eager_step(exp, SINGLE)
         at[0] += 1
 
-    step.at = at  # the next step's number
     return step, exp, runner
 
 
@@ -284,9 +283,10 @@ def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int
 
     step, _, runner = loop_step(args, checkpoint, device)
     cuda = device.type == "cuda"
-    for _ in range(args.warmup if args.warmup is not None else 2 * SampleCapacity.every):
+    warm = args.warmup if args.warmup is not None else 2 * SampleCapacity.every
+    for _ in range(warm):
         step()  # past the first captures and exact renders
-    start = step.at[0]
+    start = (0 if checkpoint is None else checkpoint["step"]) + warm
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch_profile(activities=activities) as prof:
         for _ in range(steps):
