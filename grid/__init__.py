@@ -2,8 +2,12 @@
 `VoxelGrid` module, and the pieces of a grid-based NeRF renderer (ray marching, an
 occupancy grid, compositing of packed samples, a scene contraction for unbounded scenes).
 
+Examples:
+    >>> import torch
     >>> import grid
-    >>> grid.sample(features, points)  # features: [X, Y, Z, F], points: [..., 3] -> [..., F]
+    >>> features, points = torch.zeros(8, 8, 8, 4), torch.rand(100, 3) * 2 - 1
+    >>> grid.sample(features, points).shape  # features: [X, Y, Z, F], points: [..., 3] -> [..., F]
+    torch.Size([100, 4])
 """
 
 from . import reference

@@ -25,6 +25,15 @@ def channels_last(volume: Tensor) -> Tensor:
         sampled without a copy, when `volume` is stored channels last
         (`volume.contiguous(memory_format=torch.channels_last_3d)` for [1, C, X, Y, Z]);
         from a channels-first (contiguous) volume `grid.sample` copies it at every call.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> volume = torch.zeros(1, 8, 16, 12, 20)  # [1, C, X, Y, Z], as F.grid_sample takes it
+        >>> volume = volume.contiguous(memory_format=torch.channels_last_3d)
+        >>> features = grid.channels_last(volume)  # [X, Y, Z, C]
+        >>> features.shape, features.is_contiguous(), features.data_ptr() == volume.data_ptr()
+        (torch.Size([16, 12, 20, 8]), True, True)
     """
     if not isinstance(volume, Tensor):
         raise TypeError(f"volume: expected a tensor, got {type(volume).__name__}")
@@ -53,6 +62,16 @@ def channels_first(features: Tensor) -> Tensor:
         [1, C, X, Y, Z], a view of `features` (gradients flow back to it); in
         `torch.channels_last_3d` memory when `features` is contiguous. Sample it with
         `F.grid_sample` at points flipped to (z, y, x); `channels_last` undoes it.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> features = torch.zeros(16, 12, 20, 8)  # [X, Y, Z, C], a VoxelGrid's layout
+        >>> volume = grid.channels_first(features)  # [1, C, X, Y, Z], a view
+        >>> volume.shape, volume.is_contiguous(memory_format=torch.channels_last_3d)
+        (torch.Size([1, 8, 16, 12, 20]), True)
+        >>> grid.channels_last(volume).equal(features)  # and back
+        True
     """
     if not isinstance(features, Tensor):
         raise TypeError(f"features: expected a tensor, got {type(features).__name__}")

@@ -60,6 +60,17 @@ class ContractedSamples(NamedTuple):
         intervals: [S] the length, in the contracted space, of each sample's segment of the
             ray (in the inner box: the world step divided by the box's half-size).
         offsets: [R + 1] int64: ray r's samples are `[offsets[r], offsets[r + 1])`.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> s = grid.sample_contracted(
+        ...     torch.zeros(1, 3), torch.tensor([[1.0, 0.0, 0.0]]), (-2, -2, -2), (2, 2, 2),
+        ...     step=0.5, far=100.0, outer_samples=2,
+        ... )
+        >>> ray_indices, t, points, intervals, offsets = s  # a named tuple
+        >>> offsets.tolist(), s.intervals[:4].tolist()  # in the box: the step / its half-size
+        ([0, 6], [0.25, 0.25, 0.25, 0.25])
     """
 
     ray_indices: Tensor
@@ -86,6 +97,16 @@ def contract(
     Returns:
         [..., 3] in the points' dtype: the inner box maps linearly onto the unit ball (cube),
         everything else into the shell between radius 1 and 2; differentiable.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> points = torch.tensor([[0.5, 0.0, 0.0], [2.0, 0.0, 0.0], [1e9, 0.0, 0.0]])  # [N, 3]
+        >>> grid.contract(points, (-1, -1, -1), (1, 1, 1)).tolist()  # far away: radius 2
+        [[0.5, 0.0, 0.0], [1.5, 0.0, 0.0], [2.0, 0.0, 0.0]]
+        >>> far = torch.tensor([[4.0, 2.0, 0.0]])  # max-norm 4: (2 - 1 / 4) / 4 of it
+        >>> grid.contract(far, (-1, -1, -1), (1, 1, 1), kind="cube").tolist()
+        [[1.75, 0.875, 0.0]]
     """
     _checks.float_tensor("points", points, "[..., 3]", None, 3)
     kind = _kind(kind)
@@ -100,7 +121,15 @@ def uncontract(
     kind: str = "sphere",
 ) -> Tensor:
     """The inverse of `contract`: contracted points [..., 3] with norm < 2 -> world points.
-    Points at norm 2 or beyond map to infinity."""
+    Points at norm 2 or beyond map to infinity.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> x = torch.tensor([[0.5, 0.0, 0.0], [1.5, 0.0, 0.0], [0.0, 1.75, 0.0]])  # [N, 3]
+        >>> grid.uncontract(x, (-1, -1, -1), (1, 1, 1)).tolist()
+        [[0.5, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 4.0, 0.0]]
+    """
     _checks.float_tensor("points", points, "[..., 3]", None, 3)
     kind = _kind(kind)
     centre, half = _box(lo, hi, points)
@@ -148,6 +177,23 @@ def sample_contracted(
         `ContractedSamples(ray_indices, t, points, intervals, offsets)`; constants for
         autograd. Cost: dense [R, max n_r + outer_samples] tensors before the occupancy
         test, and one read-back of max n_r and one of the kept count.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> origins = torch.zeros(2, 3, dtype=torch.float64)  # [R, 3]: two rays from the centre
+        >>> directions = torch.eye(3, dtype=torch.float64)[:2]
+        >>> s = grid.sample_contracted(
+        ...     origins, directions, (-1, -1, -1), (1, 1, 1), step=0.25, far=1000.0, outer_samples=4
+        ... )
+        >>> s.offsets.tolist()  # per ray: 4 samples to the unit sphere, then 4 out to `far`
+        [0, 8, 16]
+        >>> s.t[:4].tolist()  # the inner samples: step centres
+        [0.125, 0.375, 0.625, 0.875]
+        >>> [round(1 / t, 3) for t in s.t[4:8].tolist()]  # the outer ones: even steps in 1 / t
+        [0.875, 0.625, 0.376, 0.126]
+        >>> bool(s.points.norm(dim=-1).max() < 2)  # all in the contracted ball
+        True
     """
     _check_rays(origins, directions)
     kind = _kind(kind)

@@ -140,7 +140,21 @@ def marching_cubes(
     by the triangles around it. Triangles wind (right hand) towards increasing values:
     outwards for a signed distance. A value equal to the level counts as above it;
     triangles with two vertices at one place are left out. The mesh is empty (V = T = 0)
-    where the values do not cross the level."""
+    where the values do not cross the level.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> x = torch.linspace(-1, 1, 24)
+        >>> sdf = torch.stack(torch.meshgrid(x, x, x, indexing="ij"), -1).norm(dim=-1) - 0.5
+        >>> vertices, faces = grid.marching_cubes(sdf, bounds=((-1, -1, -1), (1, 1, 1)))
+        >>> vertices.shape[1:], faces.shape[1:], faces.dtype  # [V, 3] world points, [T, 3]
+        (torch.Size([3]), torch.Size([3]), torch.int64)
+        >>> bool((vertices.norm(dim=-1) - 0.5).abs().max() < 0.01)  # on the sphere of radius 0.5
+        True
+        >>> len(faces) == 2 * len(vertices) - 4  # one closed piece (Euler: V - E + F = 2)
+        True
+    """
     _check(values, level, interpolation)
     device = values.device
     count_of, table = _tables(device)

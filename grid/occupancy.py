@@ -34,6 +34,17 @@ class OccupancyGrid(nn.Module):
         bounds: non-persistent buffer `[2, 3]` float32 (min row, max row): configuration
             given to the constructor, not saved. It stays float32 when the module is cast,
             so a cast of the parent model never moves the cell boundaries.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> occupancy = grid.OccupancyGrid(8)  # over [-1, 1]^3, all occupied at first
+        >>> alpha = torch.zeros(8, 8, 8)  # [X, Y, Z], a density grid's opacity per voxel
+        >>> alpha[4, 4, 4] = 0.5
+        >>> occupancy.update(alpha, threshold=0.01)  # that voxel and its 26 neighbours: 27 / 512
+        0.052734375
+        >>> occupancy.query(torch.tensor([[0.15, 0.15, 0.15], [-0.9, -0.9, -0.9]])).tolist()
+        [True, False]
     """
 
     flags: Tensor

@@ -42,6 +42,14 @@ def trilinear(corners: Tensor, local: Tensor) -> Tensor:
 
     Returns:
         [N, F] in the dtype of `corners`. Differentiable with respect to both inputs.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> corners = torch.arange(8.0).reshape(1, 8, 1).repeat(3, 1, 1)  # [3, 8, 1]: corner k = k
+        >>> local = torch.tensor([[-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [1.0, -1.0, 1.0]])  # [3, 3]
+        >>> grid.trilinear(corners, local).tolist()  # corner 0, the centre (the mean), corner 5
+        [[0.0], [3.5], [5.0]]
     """
     if torch.compiler.is_compiling():
         return _TRILINEAR(corners, local)
@@ -85,6 +93,16 @@ def sample(
     Returns:
         [..., F] in the dtype of `features`. Twice differentiable with respect to
         `features` and `points`.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> features = torch.arange(8.0).reshape(2, 2, 2, 1)  # [X, Y, Z, F]: 4x + 2y + z
+        >>> points = torch.tensor([[-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [1.0, -1.0, -1.0]])
+        >>> grid.sample(features, points).tolist()  # [3, 3] -> [3, 1]
+        [[0.0], [3.5], [4.0]]
+        >>> grid.sample(features, torch.full((5, 7, 3), 0.5), bounds=((0, 0, 0), (1, 1, 1))).shape
+        torch.Size([5, 7, 1])
     """
     if bounds is not None:
         bounds = box_list(bounds)
@@ -124,6 +142,15 @@ def total_variation(features: Tensor) -> Tensor:
     Returns:
         [] float32 (float64 for float64 features). Differentiable with respect to
         `features` (the gradient comes back in the dtype of `features`).
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> grid.total_variation(torch.ones(4, 4, 4, 2)).item()  # constant: no variation
+        0.0
+        >>> ramp = torch.arange(4.0).reshape(4, 1, 1, 1).expand(4, 4, 4, 2)  # +1 a step along x
+        >>> round(grid.total_variation(ramp).item(), 4)  # (1 + 0 + 0) / 3 axes
+        0.3333
     """
     return torch.ops.grid.total_variation(features)
 
@@ -145,6 +172,16 @@ def total_variation_add_grad_(
 
     Returns:
         The value as a [] tensor if `compute_value`, else None.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> features = torch.linspace(-1, 1, 8**3 * 2).reshape(8, 8, 8, 2).requires_grad_()
+        >>> (0.5 * grid.total_variation(features)).backward()  # the loss-term way
+        >>> grad = torch.zeros(8, 8, 8, 2)
+        >>> value = grid.total_variation_add_grad_(grad, features, 0.5, compute_value=True)
+        >>> torch.allclose(grad, features.grad), torch.equal(value, grid.total_variation(features))
+        (True, True)
     """
     value = torch.ops.grid.total_variation_add_grad_(
         grad, features.detach(), float(weight), compute_value
@@ -193,6 +230,19 @@ def masked_adam_(
     host, so the call can be captured in a CUDA graph and replayed as the tensors change
     (`grid.MaskedAdam(capturable=True)`). Their values are then not checked on a GPU (that
     would synchronise): lr < 0 or step < 1 gives a wrong or non-finite update.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> param, exp_avg, exp_avg_sq = torch.ones(4), torch.zeros(4), torch.zeros(4)
+        >>> grad = torch.tensor([0.0, 1.0, 0.0, -2.0])  # two elements touched this step
+        >>> grid.masked_adam_(
+        ...     param, exp_avg, exp_avg_sq, grad, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, step=1
+        ... )
+        >>> [round(p, 4) for p in param.tolist()]  # Adam's first step: lr against the sign
+        [1.0, 0.9, 1.0, 1.1]
+        >>> exp_avg.tolist()[::2], exp_avg_sq.tolist()[::2]  # the untouched moments stay zero
+        ([0.0, 0.0], [0.0, 0.0])
     """
     if isinstance(lr, Tensor) or isinstance(step, Tensor):
         lr, step = (

@@ -75,6 +75,20 @@ class MaskedAdam(torch.optim.Optimizer):
     more than one device (make one optimizer per device). `state_dict()` holds the same
     per-parameter keys as `torch.optim.Adam` (`step`, `exp_avg`, `exp_avg_sq`), so
     `VoxelGrid.upsample(resolution, optimizer)` resamples its moments like Adam's.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> field = grid.VoxelGrid(8, 2, init="zeros")  # features [8, 8, 8, 2]
+        >>> opt = grid.MaskedAdam(field.parameters(), lr=0.1)
+        >>> for corner in ([-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]):  # one voxel's gradient a step
+        ...     opt.zero_grad()
+        ...     field(torch.tensor([corner])).sum().backward()
+        ...     opt.step()
+        >>> [round(v, 4) for v in field.features[0, 0, 0].tolist()]  # step 2 left it (Adam: not)
+        [-0.1, -0.1]
+        >>> int((field.features != 0).sum())  # the two touched voxels' features, nothing else
+        4
     """
 
     def __init__(

@@ -32,6 +32,15 @@ class RaySamples(NamedTuple):
         ray_indices: [S] int64, the ray of each sample (non-decreasing).
         t: [S] distance of each sample along its ray (in units of the direction's length).
         points: [S, 3] the sample positions, `origins[ray] + directions[ray] * t`.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> origins, directions = torch.zeros(1, 3), torch.tensor([[0.0, 0.0, 1.0]])  # [R, 3]
+        >>> samples = grid.march_rays(origins, directions, (-1, -1, -1), (1, 1, 1), step=0.25)
+        >>> ray_indices, t, points = samples  # a named tuple
+        >>> ray_indices.tolist(), samples.t.tolist(), samples.points.shape
+        ([0, 0, 0, 0], [0.125, 0.375, 0.625, 0.875], torch.Size([4, 3]))
     """
 
     ray_indices: Tensor
@@ -61,6 +70,17 @@ def ray_aabb(
         (t_near [R], t_far [R]) in the rays' dtype: the ray is inside the box for
         t_near < t < t_far. A ray that misses the box (or lies entirely before `near`)
         has t_far <= t_near; a ray with a non-finite origin or direction may give NaN.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> origins = torch.tensor([[-3.0, 0.0, 0.0], [-3.0, 5.0, 0.0]])  # [R, 3]
+        >>> directions = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+        >>> t_near, t_far = grid.ray_aabb(origins, directions, (-1, -1, -1), (1, 1, 1))  # [R] each
+        >>> t_near[0].item(), t_far[0].item()
+        (2.0, 4.0)
+        >>> (t_far > t_near).tolist()  # the second ray passes above the box
+        [True, False]
     """
     _check_rays(origins, directions)
     lo = _corner("lo", lo, origins)
@@ -103,6 +123,23 @@ def march_rays(
     S depends on the data, so the sample list is sized on the host: one read-back
     (repeat_interleave), plus one more for the occupancy mask. A fused kernel can
     produce the same list.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> origins = torch.tensor([[-3.0, 0.0, 0.0], [0.0, -3.0, 0.0]])  # [R, 3]
+        >>> directions = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+        >>> samples = grid.march_rays(origins, directions, (-1, -1, -1), (1, 1, 1), step=0.5)
+        >>> samples.ray_indices.tolist()  # packed: [S], sorted by ray
+        [0, 0, 0, 0, 1, 1, 1, 1]
+        >>> samples.t[:4].tolist()  # the step centres from t_near = 2 to t_far = 4
+        [2.25, 2.75, 3.25, 3.75]
+        >>> occupancy = grid.OccupancyGrid(8)
+        >>> occupancy.flags[:4] = False  # the voxels at x < 0 are empty
+        >>> lo, hi = (-1, -1, -1), (1, 1, 1)
+        >>> kept = grid.march_rays(origins, directions, lo, hi, 0.5, occupancy=occupancy)
+        >>> kept.ray_indices.tolist(), kept.t[:2].tolist()
+        ([0, 0, 1, 1, 1, 1], [3.25, 3.75])
     """
     _check_rays(origins, directions)
     lo = _corner("lo", lo, origins)
@@ -149,6 +186,16 @@ class PackedSamples(NamedTuple):
         total: [] int64, the samples the rays asked for. More than `capacity` means the
             rays at the end of the batch lost `total - capacity` samples (their far
             parts); read it when logging, not every step (reading it waits for the device).
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> origins, directions = torch.zeros(2, 3), torch.eye(3)[1:]  # two rays from the centre
+        >>> samples = grid.march_rays_static(
+        ...     origins, directions, (-1, -1, -1), (1, 1, 1), 0.25, max_steps=8, capacity=6
+        ... )
+        >>> samples.offsets.tolist(), samples.total.item()  # 8 asked for, 6 slots: ray 1 lost 2
+        ([0, 4, 6], 8)
     """
 
     ray_indices: Tensor
@@ -204,6 +251,19 @@ def march_rays_static(
     Returns:
         `PackedSamples(ray_indices, t, points, offsets, total)`; not differentiable (the
         samples are constants for autograd).
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> origins = torch.tensor([[-3.0, 0.0, 0.0], [0.0, -3.0, 0.0], [0.0, 5.0, 0.0]])
+        >>> directions = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+        >>> samples = grid.march_rays_static(
+        ...     origins, directions, (-1, -1, -1), (1, 1, 1), 0.5, max_steps=8, capacity=12
+        ... )  # the third ray misses the box
+        >>> samples.offsets.tolist(), samples.total.item()  # ray r: [offsets[r], offsets[r + 1])
+        ([0, 4, 8, 8], 8)
+        >>> samples.t[:4].tolist(), samples.ray_indices[8:].tolist()  # then padding (ray R = 3)
+        ([2.25, 2.75, 3.25, 3.75], [3, 3, 3, 3])
     """
     _check_rays(origins, directions)
     lo = _corner("lo", lo, origins)

@@ -6,6 +6,15 @@ kernel never materialises, and the rendering references (`ray_aabb`, `march_rays
 `occupancy_query`, `composite_weights`, `accumulate_along_rays`) walk one ray, sample or
 point at a time where the packed versions in `grid.rays` and `grid.volrend` work on
 whole lists.
+
+Examples:
+    >>> import torch
+    >>> import grid
+    >>> features = torch.linspace(-1, 1, 6**3 * 4, dtype=torch.float64).reshape(6, 6, 6, 4)
+    >>> points = torch.linspace(-1.2, 1.2, 300, dtype=torch.float64).reshape(100, 3)  # [N, 3]
+    >>> expected = grid.reference.sample(features, points)  # builds the [N, 8, F] corners
+    >>> expected.shape, torch.allclose(grid.sample(features, points), expected)
+    (torch.Size([100, 4]), True)
 """
 
 from __future__ import annotations

@@ -52,6 +52,14 @@ def composite_weights(
     on CUDA; skipped under torch.compile); the computation itself needs none.
     `check_indices=False` skips them, for indices the caller built sorted and in range
     (`march_rays`' output): unsorted indices then give wrong weights, silently.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> alpha = torch.tensor([0.5, 0.5, 0.5, 1.0])  # [S]
+        >>> ray_indices = torch.tensor([0, 0, 0, 1])  # three samples on ray 0, one on ray 1
+        >>> grid.composite_weights(alpha, ray_indices, n_rays=2).tolist()
+        [0.5, 0.25, 0.125, 1.0]
     """
     _check_samples("alpha", alpha, ray_indices, n_rays)
     if check_indices:
@@ -79,6 +87,18 @@ def accumulate_along_rays(
 
     The index check reads two numbers back from the device (a host synchronisation on
     CUDA; skipped under torch.compile).
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> weights, t = torch.tensor([0.5, 0.25, 1.0]), torch.tensor([1.0, 2.0, 3.0])  # [S]
+        >>> ray_indices = torch.tensor([0, 0, 1])
+        >>> grid.accumulate_along_rays(weights, t, ray_indices, 2).tolist()  # depth, [R]
+        [1.0, 3.0]
+        >>> grid.accumulate_along_rays(weights, None, ray_indices, 2).tolist()  # opacity, [R]
+        [0.75, 1.0]
+        >>> grid.accumulate_along_rays(weights, torch.ones(3, 3), ray_indices, 2).shape  # [R, C]
+        torch.Size([2, 3])
     """
     _check_samples("weights", weights, ray_indices, n_rays)
     if values is not None:
@@ -121,6 +141,20 @@ def composite(
 
     The index check reads two numbers back from the device (a host synchronisation on
     CUDA); `check_indices=False` skips it, for indices known to be in range.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> weights, t = torch.tensor([0.5, 0.25, 1.0]), torch.tensor([1.0, 2.0, 3.0])  # [S]
+        >>> ray_indices = torch.tensor([0, 0, 1])
+        >>> colors = torch.eye(3)  # [S, C]: red, green, blue
+        >>> rgb, depth, acc = grid.composite(
+        ...     weights, ray_indices, 2, colors, t, background=torch.ones(3)
+        ... )
+        >>> rgb.tolist()  # ray 0 lets a quarter of the white background through
+        [[0.75, 0.5, 0.25], [0.0, 0.0, 1.0]]
+        >>> depth.tolist(), acc.tolist()
+        ([1.0, 3.0], [0.75, 1.0])
     """
     _check_samples("weights", weights, ray_indices, n_rays)
     _check_values("t", t, weights, dim=1)
@@ -194,6 +228,19 @@ def composite_rays(
     Returns:
         (rgb [R, C], depth [R], acc [R]) in tau's dtype. Depth is not divided by acc.
         Differentiable with respect to tau, colors, t and background (not twice).
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> tau = torch.full((3,), 2.0, dtype=torch.float64).log().requires_grad_()  # alpha 0.5
+        >>> colors, t = torch.eye(3, dtype=torch.float64), torch.tensor([1.0, 2.0, 3.0]).double()
+        >>> offsets = torch.tensor([0, 2, 3])  # ray 0: samples 0 and 1; ray 1: sample 2
+        >>> rgb, depth, acc = grid.composite_rays(tau, colors, t, offsets)  # [R, C], [R], [R]
+        >>> rgb.tolist(), depth.tolist(), acc.tolist()
+        ([[0.5, 0.25, 0.0], [0.0, 0.0, 0.5]], [1.0, 1.5], [0.75, 0.5])
+        >>> acc.sum().backward()
+        >>> tau.grad.tolist()  # d acc / d tau: the transmittance left behind each sample
+        [0.25, 0.25, 0.5]
     """
     _check_packed("tau", tau, offsets)
     _checks.float_tensor("colors", colors, "[S, C]", 2)
@@ -227,6 +274,14 @@ def ray_weights(tau: Tensor, offsets: Tensor) -> Tensor:
     Returns:
         [S] in tau's dtype; 0 for samples outside every ray. Not differentiable: the result
         is a constant for autograd (`composite_rays` carries the gradients).
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> tau = torch.full((3,), 2.0).log()  # [S]: alpha = 1 - exp(-tau) = 0.5
+        >>> offsets = torch.tensor([0, 2, 3])  # [R + 1]: ray 0 holds samples 0, 1; ray 1 sample 2
+        >>> [round(w, 6) for w in grid.ray_weights(tau, offsets).tolist()]
+        [0.5, 0.25, 0.5]
     """
     _check_packed("tau", tau, offsets)
     return ray_ops.WEIGHTS(tau, offsets)

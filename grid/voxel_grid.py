@@ -59,6 +59,22 @@ class VoxelGrid(nn.Module):
         bounds: buffer `[2, 3]` (min row, max row). It stays float32 (float64 for a
             float64 grid) when the module is cast to half precision, so world-to-grid
             mapping keeps its accuracy.
+
+    Examples:
+        >>> import torch
+        >>> import grid
+        >>> field = grid.VoxelGrid(16, 4, bounds=((-1.5, -1.5, -1.0), (1.5, 1.5, 1.0)))
+        >>> field.features.shape  # [X, Y, Z, F]
+        torch.Size([16, 16, 16, 4])
+        >>> xyz = torch.rand(128, 32, 3) * 2 - 1  # [..., 3] world points
+        >>> field(xyz).shape  # [..., F]
+        torch.Size([128, 32, 4])
+        >>> opt = torch.optim.Adam(field.parameters(), lr=1e-2)
+        >>> field(xyz).square().mean().backward()
+        >>> opt.step()
+        >>> field.upsample(24, optimizer=opt)  # coarse to fine; Adam's moments follow
+        >>> field.resolution, opt.state[field.features]["exp_avg"].shape
+        ((24, 24, 24), torch.Size([24, 24, 24, 4]))
     """
 
     features: nn.Parameter
