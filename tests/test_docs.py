@@ -1,10 +1,15 @@
 """The documentation site (docs/, mkdocs.yml): it builds with warnings as errors (a broken link,
-anchor or API reference fails), every Python example on it runs, and README.md stays the short
-front door that links into it."""
+anchor or API reference fails), every Python example on it runs as written (on the CPU, and on a
+GPU where there is one), every public object of `grid` shows a runnable `Examples:` block in its
+docstring, and README.md stays the short front door that links into it."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import importlib.util
+import inspect
+import pkgutil
 import re
 import subprocess
 import sys
@@ -12,7 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
+
+import grid
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -28,13 +34,6 @@ def examples(page: Path) -> list[str]:
     return [textwrap.dedent(code) for _, code in FENCE.findall(page.read_text())]
 
 
-def on_this_machine(code: str) -> str:
-    """Without a GPU the examples' CUDA tensors go to the CPU."""
-    if torch.cuda.is_available():
-        return code
-    return code.replace(".cuda()", "").replace('device="cuda"', 'device="cpu"')
-
-
 def test_every_page_is_in_the_navigation():
     nav = (ROOT / "mkdocs.yml").read_text()
     assert PAGES and all(f": {page.name}" in nav for page in PAGES), PAGES
@@ -47,10 +46,20 @@ def test_examples_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for i, code in enumerate(examples(page)):
-        compiled = compile(on_this_machine(code), f"{page.name} example {i + 1}", "exec")
+        compiled = compile(code, f"{page.name} example {i + 1}", "exec")  # verbatim
         if code.lstrip().startswith(SKETCH):
             continue
         exec(compiled, namespace)
+
+
+@pytest.mark.parametrize("page", [p for p in [README, *PAGES] if examples(p)], ids=lambda p: p.stem)
+def test_examples_pick_the_device_as_users_do(page):
+    """An example that hard-codes CUDA passes on a GPU machine and crashes on a CPU-only torch:
+    the examples that run choose the device with `torch.cuda.is_available()`."""
+    for i, code in enumerate(examples(page)):
+        if not code.lstrip().startswith(SKETCH):
+            rest = re.sub(r"[\"']cuda[\"'] if torch\.cuda\.is_available\(\)", "", code)
+            assert not re.search(r"\.cuda\(|[\"']cuda", rest), f"{page.name} example {i + 1}"
 
 
 def test_the_examples_are_found():
@@ -82,3 +91,48 @@ def test_readme_is_the_short_front_door():
     assert links, "README.md links into docs/"
     for link in links:
         assert (ROOT / link).exists(), link
+
+
+# ---- the examples in the docstrings of the grid package ---------------------------------
+
+PUBLIC = [name for name in grid.__all__ if name != "__version__"]
+MODULES = ["grid"] + [f"grid.{m.name}" for m in pkgutil.iter_modules(grid.__path__)]
+
+
+def has_examples(obj: object) -> bool:
+    """A Google-style `Examples:` section (as mkdocstrings renders it) with `>>>` lines."""
+    return re.search(r"^Examples:\n +>>> ", inspect.getdoc(obj) or "", re.M) is not None
+
+
+def test_every_public_object_has_examples():
+    assert len(PUBLIC) >= 25, PUBLIC
+    missing = [name for name in PUBLIC if not has_examples(getattr(grid, name))]
+    assert not missing, f"no Examples: block with >>> lines in the docstring of {missing}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name):
+    """Every docstring example of the module runs and prints what it shows (doctest), each
+    from an empty namespace: an example imports what it uses, as a reader's session would."""
+    module = importlib.import_module(name)
+    runner = doctest.DocTestRunner()
+    report: list[str] = []
+    for test in doctest.DocTestFinder().find(module, name, globs={}):
+        runner.run(test, out=report.append)
+    assert runner.failures == 0, "".join(report)
+
+
+def test_the_public_examples_are_run():
+    """The doctests above reach every public object's examples (none hidden from the finder)."""
+    found = {
+        test.name
+        for name in MODULES
+        for test in doctest.DocTestFinder().find(importlib.import_module(name), name)
+        if test.examples
+    }
+    for public in PUBLIC:
+        obj = getattr(grid, public)
+        qualified = (
+            obj.__name__ if inspect.ismodule(obj) else f"{obj.__module__}.{obj.__qualname__}"
+        )
+        assert qualified in found, public
