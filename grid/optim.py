@@ -85,7 +85,8 @@ class MaskedAdam(torch.optim.Optimizer):
         ...     opt.zero_grad()
         ...     field(torch.tensor([corner])).sum().backward()
         ...     opt.step()
-        >>> [round(v, 4) for v in field.features[0, 0, 0].tolist()]  # step 2 left it (Adam: not)
+        >>> # step 2 leaves voxel (0, 0, 0) as step 1 set it (Adam's momentum would move it)
+        >>> [round(v, 4) for v in field.features[0, 0, 0].tolist()]
         [-0.1, -0.1]
         >>> int((field.features != 0).sum())  # the two touched voxels' features, nothing else
         4

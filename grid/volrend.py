@@ -239,7 +239,7 @@ def composite_rays(
         >>> rgb.tolist(), depth.tolist(), acc.tolist()
         ([[0.5, 0.25, 0.0], [0.0, 0.0, 0.5]], [1.0, 1.5], [0.75, 0.5])
         >>> acc.sum().backward()
-        >>> tau.grad.tolist()  # d acc / d tau: the transmittance left behind each sample
+        >>> tau.grad.tolist()  # d acc / d tau: the transmittance left behind the ray
         [0.25, 0.25, 0.5]
     """
     _check_packed("tau", tau, offsets)
