@@ -9,7 +9,7 @@
 # Each role keeps its modes, their arguments and environment variables in its own runner
 # (documented there; bench/README.md lists them all):
 #   all tests bench                      bench/ops/modes.sh          kernels: tests, bench_ops, probes
-#   nerf loop sdf view variants          bench/training/modes.sh     training as a user runs it
+#   nerf loop sdf view                   bench/training/modes.sh     training as a user runs it
 #   scenes scenes-pool scenes-wait       bench/training/modes.sh     D3: ours over a set of scenes
 #   multi steps                          bench/multi_gpu/modes.sh    several GPUs of one host
 #   dvgo dvgo-build                      bench/compare/dvgo/modes.sh DirectVoxGO beside ours
@@ -27,7 +27,7 @@ what=${1:-all}
 shift || true
 case $what in
   all | tests | bench) runner=bench/ops/modes.sh ;;
-  nerf | loop | sdf | view | variants | scenes | scenes-pool | scenes-wait) runner=bench/training/modes.sh ;;
+  nerf | loop | sdf | view | scenes | scenes-pool | scenes-wait) runner=bench/training/modes.sh ;;
   multi | steps) runner=bench/multi_gpu/modes.sh ;;
   dvgo | dvgo-build) runner=bench/compare/dvgo/modes.sh ;;
   nerfacc) runner=bench/compare/nerfacc/modes.sh ;;

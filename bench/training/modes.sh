@@ -31,11 +31,6 @@
 # .json; VIEW_COST_ARGS=--moving adds a moving camera).
 # For sdf and view, TESTS="tests/test_x.py ..." runs those tests after the build.
 #
-#   bash bench/gpu.sh variants --config C --steps N --variant "NAME: KEY=VALUE ..." ...
-# bench/training/nerf_variants.py: variants of one config trained at once, at the same step
-# count (their quality side by side; the shared GPU makes their seconds meaningless). Writes
-# $OUT/variants.json/.md and each run's log.
-#
 #   bash bench/gpu.sh scenes [--scenes a,b] [--generate-only | --ours-only | --dvgo-only] ...
 # bench/training/bench_scenes.py (D3), one model decided on the mean over scenes: ours
 # (configs/nerf_realistic_gpu.toml) and, unless --ours-only, DirectVoxGO (DVGO_DIR, default
@@ -154,13 +149,6 @@ for d in sorted(p for p in runs.iterdir() if p.is_dir()):
 out.write_text(json.dumps(result, indent=2))
 PY
   for f in test_views.png curves.png turntable.gif; do cp "$runs/native/$f" "$OUT/" 2>/dev/null; done
-fi
-if [ "$what" = variants ]; then
-  runs=${VARIANT_RUNS:-/tmp/nerf_variants}
-  python3 bench/training/nerf_variants.py --out "$runs" --json "$OUT/variants.json" "$@" 2>&1 \
-    | tee "$OUT/variants.log" | tail -n 30
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  cp "$runs"/*.log "$OUT/" 2>/dev/null
 fi
 if [ "$what" = loop ]; then
   runs=${LOOP_RUNS:-/tmp/loop_runs}
