@@ -6,8 +6,9 @@ events around kernels enqueued back to back behind a GPU sleep: the kernels' tim
 synchronised (host clock around each repetition plus a device synchronise: what a step loop
 sees, host cost included); on the CPU perf_counter (both the same).
 
-Importing it puts the repository root on sys.path, so that `import grid` and `import train`
-find this checkout from scripts run as `python bench/NAME.py`.
+Import it as `bench.harness` (scripts under bench/ put the checkout first on sys.path: see
+bench/README.md). Importing it also puts the checkout on sys.path (ROOT), so that `import
+grid` and `import train` find this checkout even where it was reached some other way.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""bench/bench_dvgo.py on the CPU: its parsing and table, and a whole run against a stand-in
-for DirectVoxGO (a script that prints what DirectVoxGO prints and writes 8-bit renders)."""
+"""bench/compare/dvgo/bench_dvgo.py on the CPU: its parsing and table, and a whole run against a
+stand-in for DirectVoxGO (a script that prints what DirectVoxGO prints and writes 8-bit renders)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import bench_dvgo  # noqa: E402
+from bench.compare.dvgo import bench_dvgo  # noqa: E402
 
 LOG = """\
 Loaded blender (111, 400, 400, 4) ...
@@ -50,7 +50,7 @@ for i, frame in enumerate(frames):
     rgb = rgba[..., :3] * rgba[..., 3:] + 1 - rgba[..., 3:]  # on white
     rgb = np.clip(rgb * 0.9 + 0.05, 0, 1)  # a render that is not quite right
     Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(os.path.join(out, f"{i:03d}.png"))
-if "lib.grid" in sys.modules:  # run through bench/dvgo_grid.py
+if "lib.grid" in sys.modules:  # run through bench/compare/dvgo/dvgo_grid.py
     print("grid class:", sys.modules["lib.grid"].DenseGrid.__name__)
     print("optimizer:", sys.modules["lib.utils"].MaskedAdam.__name__)
 print("train: coarse geometry searching in 00:00:01")
@@ -181,8 +181,8 @@ FAKE_LIB = {
 
 
 def test_grid_swap_against_a_stand_in(tmp_path, capsys):
-    """--grid ours runs the stand-in through bench/dvgo_grid.py (its lib.grid.DenseGrid and
-    lib.utils.MaskedAdam swapped) and tabulates it beside --against's output."""
+    """--grid ours runs the stand-in through bench/compare/dvgo/dvgo_grid.py (its lib.grid.DenseGrid
+    and lib.utils.MaskedAdam swapped) and tabulates it beside --against's output."""
     fake = tmp_path / "dvgo"
     (fake / "configs").mkdir(parents=True)
     (fake / "lib").mkdir()

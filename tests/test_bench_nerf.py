@@ -1,4 +1,4 @@
-"""bench/bench_nerf.py --profile-loop on the CPU: it profiles the training loop's own step
+"""bench/training/bench_nerf.py --profile-loop on the CPU: it profiles the training loop's own step
 (the native ops, from a checkpoint's step on) and prints a table whose shares add up."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import bench_nerf  # noqa: E402
-
+from bench.training import bench_nerf  # noqa: E402
 from train.loop import run as train_run  # noqa: E402
 
 SMALL = [

@@ -1,5 +1,5 @@
-"""bench/bench_nerfacc.py on the CPU: the field's two backends agree (outputs and gradients on
-the same parameters), the CPU stand-in composites as nerfacc does, and a whole tiny run
+"""bench/compare/nerfacc/bench_nerfacc.py on the CPU: the field's two backends agree (outputs and
+gradients on the same parameters), the CPU stand-in composites as nerfacc does, and a whole tiny run
 writes its table. nerfacc itself is optional: the tests that need it skip without it."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import bench_nerfacc  # noqa: E402
-from nerfacc_field import copy_field, grid_values, make_field  # noqa: E402
+from bench.compare.nerfacc import bench_nerfacc  # noqa: E402
+from bench.compare.nerfacc.nerfacc_field import copy_field, grid_values, make_field  # noqa: E402
 
 BOUNDS = [[-1.5, -1.0, -0.5], [1.5, 1.0, 1.5]]  # not a cube: the axes cannot be swapped
 

@@ -1,4 +1,4 @@
-"""bench/bench_scenes.py on the CPU: its scene table, the per-scene config, the means and
+"""bench/training/bench_scenes.py on the CPU: its scene table, the per-scene config, the means and
 the table, and calls that accumulate into one scenes.json (a stand-in trains)."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import bench_scenes  # noqa: E402
-
+from bench.training import bench_scenes  # noqa: E402
 from train.config import load_config  # noqa: E402
 
 
@@ -175,5 +174,7 @@ def test_main_accumulates_over_calls(tmp_path):
 def test_gsplat_runs_as_a_program_of_its_own_and_its_failure_is_one_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("on a GPU it would train")
-    with pytest.raises(bench_scenes.BenchError, match="gsplat on .*: bench/gsplat_scene.py failed"):
+    with pytest.raises(
+        bench_scenes.BenchError, match="gsplat on .*: bench/compare/gsplat/gsplat_scene.py failed"
+    ):
         bench_scenes.run_gsplat(tmp_path, tmp_path / "work", 5)

@@ -1,5 +1,5 @@
-"""bench/dvgo_grid.py on the CPU: DirectVoxGO's DenseGrid interface on grid.sample computes
-what DirectVoxGO's own (F.grid_sample on a channels-first volume, points flipped) computes,
+"""bench/compare/dvgo/dvgo_grid.py on the CPU: DirectVoxGO's DenseGrid interface on grid.sample
+computes what DirectVoxGO's own (F.grid_sample on a channels-first volume, points flipped) computes,
 keeps its parameter's shape, and its optimiser's elementwise kernels see aligned views."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import dvgo_grid  # noqa: E402
+from bench.compare.dvgo import dvgo_grid  # noqa: E402
 
 BOX = ([-1.5, -0.5, 0.0], [1.0, 1.5, 2.0])
 

@@ -1,8 +1,8 @@
-"""bench/dvgo_llff.py on the CPU: the unbounded scene in LLFF's layout. The rows read back
-through the project's LLFF reader (train.nerf.orient.llff_poses) give the Blender cameras,
-the order makes llffhold = 8 hold out exactly the test views, and, where the anchor copy of
-DirectVoxGO is in the checkout, its own loader reads the folder and the config written for
-it (in a subprocess: its code is never imported here)."""
+"""bench/compare/dvgo/dvgo_llff.py on the CPU: the unbounded scene in LLFF's layout. The rows read
+back through the project's LLFF reader (train.nerf.orient.llff_poses) give the Blender cameras, the
+order makes llffhold = 8 hold out exactly the test views, and, where the anchor copy of DirectVoxGO
+is in the checkout, its own loader reads the folder and the config written for it (in a subprocess:
+its code is never imported here)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ import torch
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import dvgo_llff  # noqa: E402
-import dvgo_unbounded  # noqa: E402
-
+from bench.compare.dvgo import dvgo_llff, dvgo_unbounded  # noqa: E402
 from train.nerf.blender import load_blender  # noqa: E402
 from train.nerf.generate import ensure_scene  # noqa: E402
 from train.nerf.orient import llff_poses, pose_errors  # noqa: E402
@@ -169,7 +167,9 @@ print(json.dumps({
 @pytest.mark.skipif(not (ANCHOR / "run_dvgo.py").is_file(), reason="no DirectVoxGO anchor copy")
 def test_directvoxgos_loader_reads_the_folder(scene, llff, tmp_path):
     config = dvgo_unbounded.write_unbounded_config(tmp_path, ANCHOR, llff)
-    code = LOADER.replace("BENCH", repr(str(ROOT / "bench"))).replace("CONFIG", repr(str(config)))
+    code = LOADER.replace("BENCH", repr(str(ROOT / "bench" / "compare" / "dvgo"))).replace(
+        "CONFIG", repr(str(config))
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ANCHOR, capture_output=True, text=True, timeout=300
     )
@@ -208,7 +208,9 @@ def test_directvoxgos_loader_reads_the_folder(scene, llff, tmp_path):
 @pytest.mark.skipif(not (ANCHOR / "run_dvgo.py").is_file(), reason="no DirectVoxGO anchor copy")
 def test_directvoxgos_llff_setting_reads_the_folder_as_written(llff, tmp_path):
     config = dvgo_unbounded.write_unbounded_config(tmp_path, ANCHOR, llff, setting="llff")
-    code = LOADER.replace("BENCH", repr(str(ROOT / "bench"))).replace("CONFIG", repr(str(config)))
+    code = LOADER.replace("BENCH", repr(str(ROOT / "bench" / "compare" / "dvgo"))).replace(
+        "CONFIG", repr(str(config))
+    )
     code = code.replace('"unbounded_inward", ', '"ndc", ')
     code = code.replace('float(d["near_clip"])', 'd["near_clip"]')  # None with NDC rays
     done = subprocess.run(

@@ -1,7 +1,7 @@
-"""bench/dvgo_unbounded.py and bench/dvgo_v2_shims.py on the CPU: the distortion loss against
-its O(N^2) definition, and whole runs against a stand-in for DirectVoxGO (a script that
-reads the LLFF folder as DirectVoxGO's llffhold does, prints what it prints and writes 8-bit
-renders of the views it holds out), in one call, in two, and detached."""
+"""bench/compare/dvgo/dvgo_unbounded.py and bench/compare/dvgo/dvgo_v2_shims.py on the CPU: the
+distortion loss against its O(N^2) definition, and whole runs against a stand-in for DirectVoxGO (a
+script that reads the LLFF folder as DirectVoxGO's llffhold does, prints what it prints and writes
+8-bit renders of the views it holds out), in one call, in two, and detached."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import dvgo_unbounded  # noqa: E402
-import dvgo_v2_shims  # noqa: E402
-
+from bench.compare.dvgo import dvgo_unbounded, dvgo_v2_shims  # noqa: E402
 from train.metrics import psnr  # noqa: E402
 from train.nerf.blender import load_blender  # noqa: E402
 

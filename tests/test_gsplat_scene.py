@@ -1,5 +1,5 @@
-"""bench/gsplat_scene.py's parts that need no GPU and no gsplat: its cameras agree with the
-project's rays, its start, its SSIM loss, and its refusals."""
+"""bench/compare/gsplat/gsplat_scene.py's parts that need no GPU and no gsplat: its cameras agree
+with the project's rays, its start, its SSIM loss, and its refusals."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-import gsplat_scene  # noqa: E402
-
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
+from bench.compare.gsplat import gsplat_scene  # noqa: E402
 from train.metrics import ssim  # noqa: E402
 from train.nerf.blender import Views, camera_rays  # noqa: E402
 

@@ -119,6 +119,6 @@ def test_half_precision_rays(dtype, f):
     (got,) = grads(grid.sample, features, points, grad, "features")
     (want,) = grads(reference.sample, features.double(), points.double(), grad.double(), "features")
     # Each atomic rounds to the dtype (bf16: 8 bits; the benchmark's S4 check allows 1e-1 for
-    # up to 256 adds, bench/ops_sample.py); a wrong corner or weight is O(1).
+    # up to 256 adds, bench/ops/ops_sample.py); a wrong corner or weight is O(1).
     tol = {torch.float16: 2e-2, torch.bfloat16: 1e-1}[dtype]
     assert (got.double() - want).abs().max() / want.abs().max() < tol

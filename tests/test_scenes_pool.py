@@ -1,4 +1,4 @@
-"""bench/scenes_pool.py on the CPU: its jobs and their order, and the pool itself run with
+"""bench/training/scenes_pool.py on the CPU: its jobs and their order, and the pool itself run with
 stand-in jobs (a small Python program per job instead of bench_scenes.py): one job per
 "GPU" at a time, a failed generation skips its scene's later jobs, the merged table."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-import scenes_pool  # noqa: E402
-from bench_scenes import BenchError  # noqa: E402
+from bench.training import scenes_pool  # noqa: E402
+from bench.training.bench_scenes import BenchError  # noqa: E402
 
 
 def _args(tmp_path: Path, *extra: str):

@@ -1,7 +1,7 @@
-"""bench/viser_client.py, the browser-free viser client of bench/bench_viewer.py --client
-python and bench/view_cost.py: it connects to `grid-train view` on a tiny radiance field,
-and the full frames it receives are, pixel for pixel, the offline renders of the cameras
-it sent. Skips without viser."""
+"""bench/training/viser_client.py, the browser-free viser client of bench/training/bench_viewer.py
+--client python and bench/training/view_cost.py: it connects to `grid-train view` on a tiny radiance
+field, and the full frames it receives are, pixel for pixel, the offline renders of the cameras it
+sent. Skips without viser."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
 pytest.importorskip("viser")
 
-import bench_viewer  # noqa: E402
-import view_cost  # noqa: E402
-from viser_client import CAMERA_INTERVAL, ViserClient, opengl_camera  # noqa: E402
-
+from bench.training import bench_viewer, view_cost  # noqa: E402
+from bench.training.viser_client import CAMERA_INTERVAL, ViserClient, opengl_camera  # noqa: E402
 from tests.test_viewer import TINY, quiet, sets  # noqa: E402
 from train.__main__ import main as train_main  # noqa: E402
 from train.nerf.view import render_camera, to_bytes  # noqa: E402

@@ -18,13 +18,12 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
-from bench_ops import parse_args  # noqa: E402
-from harness import ROOT, Ctx, rel_err  # noqa: E402
-from ops_sample import SampleCase  # noqa: E402
-from workloads import FULL, grid_sample, seed_of  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 import grid  # noqa: E402
+from bench.harness import ROOT, Ctx, rel_err  # noqa: E402
+from bench.ops.bench_ops import parse_args  # noqa: E402
+from bench.ops.ops_sample import SampleCase  # noqa: E402
+from bench.ops.workloads import FULL, grid_sample, seed_of  # noqa: E402
 from grid import _backend  # noqa: E402
 
 VARIANTS = ((1, 5), (1, 8), (2, 2), (2, 3))  # (16-byte vectors per thread, blocks per SM)

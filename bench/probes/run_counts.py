@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
-from workloads import FULL, QUICK, generator, make_points, seed_of  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
+from bench.ops.workloads import FULL, QUICK, generator, make_points, seed_of  # noqa: E402
 from grid import reference  # noqa: E402
 
 OFFSETS = torch.tensor(reference.CORNER_OFFSETS)  # [8, 3]

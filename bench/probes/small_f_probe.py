@@ -20,13 +20,12 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
-from bench_ops import parse_args  # noqa: E402
-from harness import ROOT, Ctx, rel_err  # noqa: E402
-from ops_sample import small_f_case  # noqa: E402
-from workloads import FULL, generator, grid_sample, make_points, seed_of, uniform_points  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 import grid  # noqa: E402
+from bench.harness import ROOT, Ctx, rel_err  # noqa: E402
+from bench.ops.bench_ops import parse_args  # noqa: E402
+from bench.ops.ops_sample import small_f_case  # noqa: E402
+from bench.ops.workloads import FULL, generator, grid_sample, make_points, seed_of, uniform_points  # noqa: E402
 from grid import _backend  # noqa: E402
 
 

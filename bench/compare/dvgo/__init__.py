@@ -1,0 +1,1 @@
+"""DirectVoxGO (GPL: run as a separate program, never imported) beside ours."""

@@ -1,0 +1,1 @@
+"""Gaussian splatting (gsplat) on the project's scenes: the upper anchor."""

@@ -1,0 +1,1 @@
+"""nerfacc's occupancy-grid model on our grid and on F.grid_sample."""

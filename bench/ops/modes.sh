@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The kernel modes of bench/gpu.sh (which builds grid first and sets OUT):
+#   bash bench/gpu.sh [all|tests|bench] [extra bench_ops.py arguments...]
+# `tests`: the whole test suite, CUDA tests included ($OUT/tests.log); TESTS="tests/test_x.py
+# ..." runs only those. `bench`: bench/ops/bench_ops.py on CUDA, its table in $OUT/bench.log and
+# its JSON in $OUT/bench.json, then the probes (bench/probes/<name>_probe.py) PROBES names
+# (default gather; PROBES= runs none; gather = the S1 forward's bound, the same loads and stores
+# without the cell computation; small_f = the small-F kernel variants on S5's rays; scatter =
+# the S1 / S2 backward's atomic scatter alone, in the points' order and sorted by cell), each
+# writing $OUT/<name>_probe.json. `all`: tests, then bench.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=$1
+shift
+status=0
+
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  # shellcheck disable=SC2086  # TESTS is a list of paths
+  python3 -m pytest -q -p no:cacheprovider -rfE --durations=8 ${TESTS:-tests/} 2>&1 \
+    | tee "$OUT/tests.log" | tail -n 30
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  python3 bench/ops/bench_ops.py --device cuda --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log" \
+    | tail -n 60
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  for probe in ${PROBES-gather}; do
+    python3 "bench/probes/${probe}_probe.py" --json "$OUT/${probe}_probe.json" 2>&1 \
+      | tee -a "$OUT/bench.log" | tail -n 40
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+fi
+exit $status

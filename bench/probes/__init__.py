@@ -1,0 +1,1 @@
+"""One-question experiments: kernel bounds, counts and memory, beside the benchmark."""

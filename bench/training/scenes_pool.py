@@ -1,0 +1,291 @@
+"""D3 over every GPU of one host: bench/training/bench_scenes.py's scenes generated, DirectVoxGO and
+ours' configs trained on each, one job per GPU at a time, into one table.
+
+    python bench/training/scenes_pool.py --meshes DIR [--scenes a,b] [--dvgo DIR] [--no-dvgo]
+        [--run "LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]]
+        [--gpus N] [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
+
+Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
+(unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
+other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then each --run
+on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
+`on SCENE,...`: only those of the pool's scenes; the KEY=VALUE are --set options), then
+with --gsplat Gaussian splatting on each scene (bench/compare/gsplat/gsplat_scene.py; gsplat's
+kernels are JIT-built first, on the CPU, as DirectVoxGO's).
+A free GPU takes the first job whose scene is generated (and whose build is done): each
+job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU, its output
+in --work/logs/<job>.log, its numbers in --work/jobs/<job>/scenes.json. After every job the
+numbers of all finished jobs are merged into --out/scenes.json and scenes.md
+(bench_scenes.py's table), so a pool cut short keeps what finished, and a later pool with
+the same --work keeps the jobs that wrote their scenes.json instead of running them again.
+`--per-gpu K` runs K jobs at once on each GPU (for quality comparisons at equal steps on a
+host with few GPUs: their seconds are then not each job's alone). The scenes are generated
+with the first --run's config (every run must describe the same scenes). Jobs on different
+GPUs share the host's CPUs: a job's seconds are its own GPU's with the other GPUs busy as
+well (the table says how many GPUs ran); DirectVoxGO, whose steps wait on Python, measured
+198 s on the bunny here against 162 s alone on one H200. A failed generation skips its
+scene's other jobs; the exit status is 1 when any job failed or was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
+
+from bench.harness import ROOT  # noqa: E402
+from bench.training.bench_scenes import (
+    NAMES,
+    SCENES,
+    BenchError,
+    check_label,
+    load_results,
+    pick,
+    save,
+)  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CONFIG = str(ROOT / "configs" / "nerf_realistic_gpu.toml")
+
+
+def parse_run(text: str) -> tuple[str, str, list[str], list[str] | None]:
+    """ "label@config on a,b: k=v k=v" -> (label, config, [k=v, ...], [a, b] or None: every
+    scene of the pool); BenchError when malformed."""
+    head, _, rest = text.partition(":")
+    head, on, scenes = head.partition(" on ")
+    label, _, config = head.strip().partition("@")
+    check_label(label)
+    if on and not scenes.strip():
+        raise BenchError(f"--run {label}: expected scene names after 'on', got none")
+    only = [row[0] for row in pick(scenes, f"--run {label} on")] if on else None
+    sets = rest.split()
+    if any("=" not in s for s in sets):
+        raise BenchError(f"--run {label}: expected KEY=VALUE after the ':', got {rest.strip()!r}")
+    return label, config or DEFAULT_CONFIG, sets, only
+
+
+def describe(label: str, config: str, sets: list[str], only: list[str] | None) -> str:
+    """A run as the table's header names it: "label: config [on a,b] k=v ..."."""
+    where = f" on {','.join(only)}" if only else ""
+    return f"{label}: {config}{where} {' '.join(sets)}"
+
+
+def make_jobs(args, rows: list[tuple]) -> list[dict]:
+    """Every job of the pool: name, bench_scenes.py arguments, what it waits for."""
+    base = [sys.executable, str(HERE / "bench_scenes.py"), "--meshes", args.meshes]
+    base += ["--data", str(args.data)] + (["--size", str(args.size)] if args.size else [])
+    largest = sorted(rows, key=lambda r: -r[3])
+    # generated with the first run's config: a later run that describes the scene otherwise
+    # (data.*) would generate it again, while other jobs read it
+    label, config, sets, _ = args.runs[0] if args.runs else ("", DEFAULT_CONFIG, [], None)
+    same = ["--config", config, *(a for s in sets for a in ("--set", s))]
+    jobs = [
+        {"name": f"gen_{r[0]}", "args": ["--scenes", r[0], "--generate-only", *same], "needs": []}
+        for r in largest
+    ]
+    if not args.no_dvgo:
+        dvgo = ["--dvgo-only", "--dvgo", str(args.dvgo), "--dvgo-log", str(args.work / "dvgo_logs")]
+        for r in largest:
+            work = ["--work", str(args.work / "dvgo_work")]
+            jobs.append(
+                {
+                    "name": f"dvgo_{r[0]}",
+                    "args": ["--scenes", r[0], *dvgo, *work],
+                    "needs": [f"gen_{r[0]}", "dvgo_build"],
+                }
+            )
+    for label, config, sets, only in args.runs:
+        for r in (r for r in largest if only is None or r[0] in only):
+            extra = ["--ours-only", "--label", label, "--config", config]
+            extra += ["--work", str(args.work / "runs" / label)]
+            extra += [a for s in sets for a in ("--set", s)]
+            jobs.append(
+                {
+                    "name": f"{label}_{r[0]}",
+                    "args": ["--scenes", r[0], *extra],
+                    "needs": [f"gen_{r[0]}"],
+                }
+            )
+    if args.gsplat:
+        for r in largest:
+            extra = ["--gsplat-only", "--gsplat-steps", str(args.gsplat_steps)]
+            extra += ["--work", str(args.work / "gsplat_work")]
+            jobs.append(
+                {
+                    "name": f"gsplat_{r[0]}",
+                    "args": ["--scenes", r[0], *extra],
+                    "needs": [f"gen_{r[0]}", "gsplat_build"],
+                }
+            )
+    for job in jobs:  # absolute: DirectVoxGO runs in its own folder
+        job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
+    return jobs
+
+
+#: What each build runs: DirectVoxGO's CUDA extensions JIT-built in its folder (as `bash
+#: bench/gpu.sh dvgo-build`), gsplat's by the first import of its kernels.
+DVGO_BUILD = "import sys; sys.path[:0] = ['shim', '.']\nfrom lib import utils, dvgo, dcvgo, dmpigo"
+GSPLAT_BUILD = "from gsplat.cuda._backend import _C\nassert _C is not None, 'no gsplat kernels'"
+
+
+def start_build(code: str, log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    """`python -c code` in `cwd`, its output in `log`: a build on the CPU while the GPUs
+    run other jobs."""
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=out, stderr=out)
+
+
+def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
+    """The finished jobs' scenes.json merged into out/scenes.json and scenes.md."""
+    results: dict[str, dict] = {}
+    for name in finished:
+        for scene, entry in load_results(work / "jobs" / name / "scenes.json").items():
+            if not name.startswith("gen_"):  # a scene found in place: not its generation
+                entry.pop("generate_seconds", None)
+            results.setdefault(scene, {}).update(entry)
+    order = [n for n in NAMES if n in results]
+    save(out, {n: results[n] for n in order}, meta)
+
+
+def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
+    """Runs `jobs` over `gpus` GPUs, args.per_gpu at once on each; 0 when every job
+    succeeded, else 1."""
+    (args.work / "logs").mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    done: dict[str, int] = {}  # job -> exit status
+    running: dict[int, tuple] = {}  # slot -> (job, process, its log, start); GPU slot % gpus
+    builds: dict[str, tuple] = {}  # name -> (process, start): built on the CPU meanwhile
+    if any(j["name"].startswith("dvgo_") for j in jobs):
+        log = args.work / "logs" / "dvgo_build.log"
+        builds["dvgo_build"] = (start_build(DVGO_BUILD, log, args.dvgo), time.perf_counter())
+    if any(j["name"].startswith("gsplat_") for j in jobs):
+        log = args.work / "logs" / "gsplat_build.log"
+        builds["gsplat_build"] = (start_build(GSPLAT_BUILD, log), time.perf_counter())
+    finished = [
+        j["name"] for j in jobs if (args.work / "jobs" / j["name"] / "scenes.json").is_file()
+    ]
+    done.update((name, 0) for name in finished)  # an earlier pool's: kept, not run again
+    waiting = [j for j in jobs if j["name"] not in finished]
+    while waiting or running:
+        for name, (build, start) in list(builds.items()):
+            if build.poll() is not None:
+                done[name] = build.returncode
+                say(f"{name} exited {build.returncode} after {time.perf_counter() - start:.0f} s")
+                del builds[name]
+        for slot, (job, process, log, start) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[slot]
+            log.close()
+            done[job["name"]] = process.returncode
+            say(
+                f"{job['name']} on GPU {slot % gpus} exited {process.returncode} after "
+                f"{time.perf_counter() - start:.0f} s"
+            )
+            if process.returncode == 0:
+                finished.append(job["name"])
+                merge(args.work, args.out, meta, finished)
+        for job in [j for j in waiting if any(done.get(n, 0) != 0 for n in j["needs"])]:
+            waiting.remove(job)
+            done[job["name"]] = 1
+            say(
+                f"{job['name']} skipped: {', '.join(n for n in job['needs'] if done.get(n))} failed"
+            )
+        for slot in (k for k in range(gpus * args.per_gpu) if k not in running):
+            gpu = slot % gpus
+            job = next((j for j in waiting if all(done.get(n) == 0 for n in j["needs"])), None)
+            if job is None:
+                break
+            waiting.remove(job)
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+            log = (args.work / "logs" / f"{job['name']}.log").open("w")
+            say(f"{job['name']} on GPU {gpu}: {shlex.join(job['args'])}")
+            process = subprocess.Popen(
+                job["command"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+            running[slot] = (job, process, log, time.perf_counter())
+        time.sleep(1.0)
+    failed = [n for n, code in done.items() if code != 0]
+    say(
+        f"pool done: {len(finished)} jobs finished"
+        + (f", failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] scenes_pool: {text}", flush=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--meshes", required=True, help="folder of the .off meshes")
+    parser.add_argument("--scenes", default=None, help=f"comma-separated, of {', '.join(NAMES)}")
+    parser.add_argument(
+        "--dvgo", type=Path, default=os.environ.get("DVGO_DIR", ROOT / ".anchors/dvgo")
+    )
+    parser.add_argument("--no-dvgo", action="store_true", help="ours' runs only")
+    parser.add_argument("--gsplat", action="store_true", help="Gaussian splatting on each too")
+    parser.add_argument("--gsplat-steps", type=int, default=30000)
+    parser.add_argument(
+        "--run", action="append", default=[], help='"LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."'
+    )
+    parser.add_argument("--gpus", type=int, default=None, help="default: every GPU of the host")
+    parser.add_argument("--per-gpu", type=int, default=1, help="jobs at once on each GPU")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scenes")
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "scenes_pool")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
+    parser.add_argument("--size", type=int, default=None, help="every scene's size (a check)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.work, args.out, args.data = (p.resolve() for p in (args.work, args.out, args.data))
+    try:
+        rows = pick(args.scenes)
+        args.runs = [parse_run(r) for r in args.run]
+        names = {r[0] for r in rows}
+        for label, _, _, only in args.runs:
+            if only is not None and not names.intersection(only):
+                raise BenchError(
+                    f"--run {label} on: none of {', '.join(only) or 'no scene'} is among the "
+                    f"pool's scenes ({', '.join(sorted(names))})"
+                )
+        if not args.no_dvgo and not (args.dvgo / "run_dvgo.py").is_file():
+            raise BenchError(f"--dvgo {args.dvgo}: no run_dvgo.py there (or pass --no-dvgo)")
+        import torch
+
+        gpus = args.gpus if args.gpus is not None else torch.cuda.device_count()
+        if gpus < 1:
+            raise BenchError(f"--gpus: expected at least 1 (CUDA devices here: {gpus})")
+        if args.gsplat_steps < 1:
+            raise BenchError(f"--gsplat-steps: expected at least 1, got {args.gsplat_steps}")
+        if args.per_gpu < 1:
+            raise BenchError(f"--per-gpu: expected at least 1, got {args.per_gpu}")
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+        meta = {
+            "device_name": f"{gpus} x {name}, {args.per_gpu} job(s) at once per GPU",
+            "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "config": "; ".join(describe(*run) for run in args.runs),
+        }
+        jobs = make_jobs(args, rows)
+    except BenchError as error:
+        print(f"scenes_pool: {error}", file=sys.stderr)
+        return 2
+    say(
+        f"{len(jobs)} jobs over {gpus} GPUs x {args.per_gpu} ({len(SCENES)} scenes known, "
+        f"{len(rows)} asked for)"
+    )
+    return run_pool(args, jobs, gpus, meta)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
