@@ -23,7 +23,7 @@
 namespace grid {
 
 // Below this many points per task, splitting costs more than it saves (measured on 2 cores:
-// bench/cpu_threads.py).
+// bench/ops/cpu_threads.py).
 constexpr int64_t kScatterPointsPerTask = 16384;
 
 // The points of each band, in point order: band b owns x slabs [x_begin[b], x_begin[b + 1]) and
