@@ -170,8 +170,8 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
     (own / "transforms_train.json").write_text("{}")
     assert main(["--out", str(tmp_path / "run"), *args_for(own, "data.generate=true")]) == 2
     err = capsys.readouterr().err
-    assert f"file error: data.path: {own}: holds a capture and no scene.json" in err
-    assert "data.generate = false" in err
+    assert f"config error: data.path: {own}: exists and is not a scene" in err
+    assert "it holds a capture" in err and "data.generate = false" in err
     assert (own / "transforms_train.json").read_text() == "{}"
 
 
@@ -184,8 +184,12 @@ def test_an_empty_folder_is_no_capture(tmp_path, capsys, generate):
     args = args_for(empty, f"data.generate={generate}")
     assert main(["--out", str(tmp_path / "run"), *args]) == 2
     err = capsys.readouterr().err
-    assert f"file error: data.path: {empty}: holds no capture" in err
-    assert "transforms_train.json (Blender layout) or transforms.json (instant-ngp" in err
+    if generate == "true":
+        assert f"config error: data.path: {empty}: exists and is not a scene written" in err
+        assert "it holds no capture (looked for" in err
+    else:
+        assert f"file error: data.path: {empty}: holds no capture: looked for" in err
+    assert "transforms_train.json (Blender layout) or transforms.json (instant-ngp)" in err
     assert list(empty.iterdir()) == [] and not (tmp_path / "run").exists()
 
 

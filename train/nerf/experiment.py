@@ -80,26 +80,11 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
 
     d = config.data
     path = Path(d.path).expanduser()
-    # A capture is never replaced by a generated scene, nor a folder the generator did not
-    # make filled with one (an empty folder is a capture not copied yet, or a typo's).
-    layouts = "transforms_train.json (Blender layout) or transforms.json (instant-ngp layout)"
-    capture = any((path / name).is_file() for name in ("transforms_train.json", "transforms.json"))
     if not d.generate:
-        if not path.is_dir():
-            raise InputFileError(path, f"no such directory (a capture: {layouts})", key="data.path")
-        if not capture:
-            raise InputFileError(path, f"holds no capture: looked for {layouts}", key="data.path")
+        if not nerf_scene.holds_capture(path):
+            problem = "holds no capture" if path.is_dir() else "no such directory"
+            raise InputFileError(path, f"{problem}: {nerf_scene.LOOKED_FOR}", key="data.path")
         return path
-    if path.exists() and nerf_scene.read_scene_metadata(path) is None:
-        held = "a capture" if capture else f"no capture (looked for {layouts})"
-        raise InputFileError(
-            path,
-            f"holds {held} and no scene.json of a generated scene; data.generate = true writes "
-            f"the {d.scene} scene only into a new folder or over a scene it wrote: set "
-            "data.path to a new folder to generate it there, or data.generate = false to train "
-            "on a capture there",
-            key="data.path",
-        )
     wanted = nerf_scene.scene_metadata(
         d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
     )
@@ -123,7 +108,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
             )
         except FileExistsError as error:  # data.path holds something else: never replaced
             raise ConfigError(
-                f"data.path: {error} (to train on the scene there, set data.generate = false)"
+                f"data.path: {error}; generate into a new folder, or read it: data.generate = false"
             ) from None
 
 
