@@ -171,8 +171,26 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "run"), *args_for(own, "data.generate=true")]) == 2
     err = capsys.readouterr().err
     assert f"config error: data.path: {own}: exists and is not a scene" in err
-    assert "data.generate = false" in err
+    assert "it holds a capture" in err and "data.generate = false" in err
     assert (own / "transforms_train.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("generate", ["true", "false"])
+def test_an_empty_folder_is_no_capture(tmp_path, capsys, generate):
+    """A folder without a capture (a typo's, or one not copied yet) is an error naming the
+    layouts looked for, never filled with a generated scene (issue 62, item 4)."""
+    empty = tmp_path / "capture"
+    empty.mkdir()
+    args = args_for(empty, f"data.generate={generate}")
+    assert main(["--out", str(tmp_path / "run"), *args]) == 2
+    err = capsys.readouterr().err
+    if generate == "true":
+        assert f"config error: data.path: {empty}: exists and is not a scene written" in err
+        assert "it holds no capture (looked for" in err
+    else:
+        assert f"file error: data.path: {empty}: holds no capture: looked for" in err
+    assert "transforms_train.json (Blender layout) or transforms.json (instant-ngp)" in err
+    assert list(empty.iterdir()) == [] and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(

@@ -178,6 +178,11 @@ def test_ensure_scene_regenerates_only_when_stale(tmp_path):
     with pytest.raises(FileExistsError, match="not a scene written by"):
         ensure_scene(precious, **TINY)
     assert (precious / "notes.txt").read_text() == "keep"
+    empty = tmp_path / "empty"  # a capture not copied yet, or a typo's folder: refused too
+    empty.mkdir()
+    with pytest.raises(FileExistsError, match=r"it holds no capture \(looked for transforms_"):
+        ensure_scene(empty, **TINY)
+    assert list(empty.iterdir()) == []
 
 
 @pytest.mark.parametrize(

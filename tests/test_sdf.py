@@ -154,9 +154,9 @@ def bad_file(tmp_path: Path, problem: str) -> Path:
         ("no normals npy", "points without normals"),
         ("columns npy", "shape [10, 5]; expected [N, 6]"),
         ("pickle npy", "not a valid .npy array"),
-        ("nan npy", "1 points have NaN or infinite values (the first: point 3)"),
+        ("nan npy", "1 point has NaN or infinite values (the first: point 3)"),
         ("empty npy", "holds no points"),
-        ("zero normal npy", "1 points have a zero-length normal (the first: point 4)"),
+        ("zero normal npy", "1 point has a zero-length normal (the first: point 4)"),
         ("no normals xyz", "line 2: points without normals"),
         ("text xyz", "line 1: not a number"),
         ("empty xyz", "holds no points"),
@@ -313,7 +313,7 @@ def test_points_outside_the_box_are_refused(tmp_path, capsys):
     args = [a for a in args if not a.startswith("points.count")]
     assert main(["--out", str(tmp_path / "run"), *sets(*args)]) == 2
     err = one_line_error(capsys)
-    assert f"file error: points.path: {path}: 1 of the 100 points lie outside grid.bounds" in err
+    assert f"file error: points.path: {path}: 1 of the 100 points lies outside grid.bounds" in err
     assert "point 7 at (1.5, 0, 0)" in err and "set grid.bounds" in err
     assert not (tmp_path / "run").exists()
     args = [*SHORT, "points.center=[0.6, 0.0, 0.0]"]

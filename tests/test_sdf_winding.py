@@ -24,6 +24,30 @@ def _sphere(n: int = 4000, radius: float = 0.5, seed: int = 0):
     return radius * normals, normals
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_winding_numbers_are_the_dipole_sum_bitwise(dtype):
+    """The in-place chunks compute exactly the plain expression of the dipoles' sum, a
+    query on a point itself (r = 0) included, over several chunks (a small `block`)."""
+    points, normals = (t.to(dtype) for t in _sphere(300))
+    areas = point_areas(points)
+    queries = torch.cat(
+        [
+            torch.rand(500, 3, generator=torch.Generator().manual_seed(1)).to(dtype) * 2 - 1,
+            points[:7],
+        ]
+    )
+    dipoles = normals * areas[:, None] / (4 * math.pi)
+    dot = (points * dipoles).sum(1)[None] - queries @ dipoles.T
+    r2 = (
+        points.square().sum(1)[None]
+        + queries.square().sum(1, keepdim=True)
+        - 2 * queries @ points.T
+    )
+    r3 = r2.clamp_min(0) * r2.clamp_min(0).sqrt()
+    expected = torch.where(r3 > 0, dot / r3, 0.0).sum(1)
+    assert torch.equal(winding_numbers(queries, points, normals, areas, block=300 * 64), expected)
+
+
 def test_areas_add_up_to_the_surface():
     points, _ = _sphere()
     assert point_areas(points).sum().item() == pytest.approx(4 * math.pi * 0.25, rel=0.05)

@@ -403,7 +403,7 @@ def test_unusable_npy_files_are_named_in_one_line(tmp_path, capsys, problem):
     args = [*TINY, "target.kind=npy", f"target.path={path}"]
     assert main(["--out", str(tmp_path / "run"), *sets(*args)]) == 2
     err = one_line_error(capsys)
-    expected = "1 values are NaN or infinite" if problem == "nan" else "not a valid .npy array"
+    expected = "1 value is NaN or infinite" if problem == "nan" else "not a valid .npy array"
     assert f"file error: target.path: {path}: {expected}" in err
 
 

@@ -38,6 +38,12 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(os.environ):
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
-from .config import Config, ConfigError, load_config  # noqa: E402
-
 __all__ = ["Config", "ConfigError", "load_config"]
+
+
+def __getattr__(name: str):  # `train.config` imports torch: not for `grid-train --help`
+    if name in __all__:
+        from . import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,13 +32,15 @@ def require(
     install: str,
     turn_off: str = "",
     package: str = "",
+    singular: bool = False,
 ) -> None:
     """Import `module` or raise MissingDependencyError naming the key that needs it.
 
     Args:
         module: the importable name, e.g. "matplotlib".
         key: the config key that turns the feature on, e.g. "output.pictures".
-        needs: what the feature is, e.g. "pictures (slices.png, curves.png)".
+        needs: what the feature is, e.g. "pictures (slices.png, curves.png)": the subject
+            of "need" ("needs" with `singular`, e.g. "the viewer").
         install: the command that installs it.
         turn_off: the option that turns the feature off instead, if there is one.
         package: the name it is installed by, when not the module's (e.g. scikit-image).
@@ -48,7 +50,8 @@ def require(
     except ImportError as error:
         name = f"{package} ({module})" if package else module
         raise MissingDependencyError(
-            f"{key}: {needs} need {name}, which cannot be imported ({error}); "
+            f"{key}: {needs} {'needs' if singular else 'need'} {name}, which cannot be "
+            f"imported ({error}); "
             f"install it with {install}"
             + (f", or turn them off with {turn_off}" if turn_off else "")
         ) from None

@@ -32,6 +32,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def plural(count: int, noun: str) -> str:
+    """`count` and `noun`, with an s unless `count` is 1: "1 point", "3 points"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 class ConfigError(ValueError):
     """A configuration problem; the message names the offending key."""
 

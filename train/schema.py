@@ -173,17 +173,31 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def reference_rows(cls: type, prefix: str, skip: Collection[str] = ()) -> list[str]:
-    """One markdown row per field of the config section `cls` (type, default, `doc`)."""
+class KeyDoc(NamedTuple):
+    """One config key as docs/config.md's table and `grid-train keys` show it."""
+
+    key: str  # dotted, e.g. "train.steps"
+    type: str  # e.g. "int or list[int]"
+    default: str  # written as TOML, e.g. "[32, 32, 64]"
+    doc: str
+
+
+def key_docs(cls: type, prefix: str, skip: Collection[str] = ()) -> list[KeyDoc]:
+    """One `KeyDoc` per field of the config section `cls`, in field order."""
     hints = typing.get_type_hints(cls)
-    rows = []
+    keys = []
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         tp = str(hints[f.name]).replace("typing.", "").replace("<class '", "")
         tp = tp.replace("'>", "").replace(" | ", " or ")
-        rows.append(
-            f"| `{prefix}{f.name}` | {tp} | `{toml_value(default)}` | {f.metadata['doc']} |"
-        )
-    return rows
+        keys.append(KeyDoc(f"{prefix}{f.name}", tp, toml_value(default), f.metadata["doc"]))
+    return keys
+
+
+def reference_rows(cls: type, prefix: str, skip: Collection[str] = ()) -> list[str]:
+    """One markdown row per field of the config section `cls` (type, default, `doc`)."""
+    return [
+        f"| `{k.key}` | {k.type} | `{k.default}` | {k.doc} |" for k in key_docs(cls, prefix, skip)
+    ]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import InputFileError, read_input
+from ..errors import InputFileError, plural, read_input
 from ..shapes import Box, Sphere, Target, Torus
 from .config import TargetConfig
 
@@ -143,7 +143,10 @@ class Volume(Target):
         bad = int(np.count_nonzero(~np.isfinite(array)))
         if bad:
             raise InputFileError(
-                path, f"{bad} values are NaN or infinite (as float32)", key=_NPY_KEY
+                path,
+                f"{plural(bad, 'value')} {'is' if bad == 1 else 'are'} NaN or infinite "
+                "(as float32)",
+                key=_NPY_KEY,
             )
         volume = torch.from_numpy(array)
         # F.grid_sample wants [D, H, W] = [Z, Y, X], the first index being z.

@@ -81,8 +81,9 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
     d = config.data
     path = Path(d.path).expanduser()
     if not d.generate:
-        if not path.is_dir():
-            raise InputFileError(path, "no such directory", key="data.path")
+        if not nerf_scene.holds_capture(path):
+            problem = "holds no capture" if path.is_dir() else "no such directory"
+            raise InputFileError(path, f"{problem}: {nerf_scene.LOOKED_FOR}", key="data.path")
         return path
     wanted = nerf_scene.scene_metadata(
         d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
@@ -107,7 +108,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
             )
         except FileExistsError as error:  # data.path holds something else: never replaced
             raise ConfigError(
-                f"data.path: {error} (to train on the scene there, set data.generate = false)"
+                f"data.path: {error}; generate into a new folder, or read it: data.generate = false"
             ) from None
 
 

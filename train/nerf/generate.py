@@ -39,6 +39,9 @@ from .scene import SCENE_BOUNDS
 # The label scene.json records (unchanged since the scene lived in train/nerf_scene.py, so
 # scenes generated before still load without being regenerated).
 GENERATOR = "train.nerf_scene"
+#: What a folder of one's own is searched for (data.path, data.generate = false).
+CAPTURE_FILES = ("transforms_train.json", "transforms.json")
+LOOKED_FOR = "looked for transforms_train.json (Blender layout) or transforms.json (instant-ngp)"
 VERSION = 1  # the procedural scene's; bump whenever its images would change
 SCENES = {
     "procedural": VERSION,
@@ -234,10 +237,13 @@ def generate_scene(
     _check_arguments(size, counts, seed)
     metadata = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan)
     out_dir = Path(out_dir)
-    if out_dir.exists() and read_scene_metadata(out_dir) is None and any(out_dir.iterdir()):
+    # Any folder it did not write is refused, an empty one too (a typo's, or a capture not
+    # copied yet): a generated scene never stands in for data silently.
+    if out_dir.exists() and read_scene_metadata(out_dir) is None:
+        held = "a capture" if holds_capture(out_dir) else f"no capture ({LOOKED_FOR})"
         raise FileExistsError(
-            f"{out_dir}: exists and is not a scene written by {GENERATOR} "
-            "(no scene.json); refusing to replace it"
+            f"{out_dir}: exists and is not a scene written by {GENERATOR} (no scene.json; it "
+            f"holds {held}); refusing to write into it"
         )
     staging = out_dir.with_name(f".{out_dir.name}.tmp{os.getpid()}")
     old = out_dir.with_name(f".{out_dir.name}.old{os.getpid()}")
@@ -279,6 +285,11 @@ def _write_splits(
         angle = getattr(scene_module(scene, scan), "CAMERA_ANGLE_X", CAMERA_ANGLE_X)
         meta = {"camera_angle_x": angle, "frames": frames}
         (root / f"transforms_{split}.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def holds_capture(path: str | Path) -> bool:
+    """Whether `path` holds a scene's camera file in either layout (`CAPTURE_FILES`)."""
+    return any((Path(path) / name).is_file() for name in CAPTURE_FILES)
 
 
 def read_scene_metadata(out_dir: str | Path) -> dict | None:

@@ -16,8 +16,14 @@ from ..config import Config
 from ..pictures import mark_upsamples, save_figure
 from .mesh import Mesh
 
-#: (elevation, azimuth) in degrees of the three views, and their titles.
-VIEWS = ((30.0, -60.0, "oblique"), (90.0, -90.0, "from +z"), (0.0, -90.0, "from -y"))
+#: (elevation, azimuth) in degrees of the three views, their titles, and the axis a side
+#: view looks along (its ticks would all fall on one point: not drawn).
+VIEWS = (
+    (30.0, -60.0, "oblique", ""),
+    (90.0, -90.0, "from +z", "z"),
+    (0.0, -90.0, "from -y", "y"),
+)
+TICKS = 5  # at most, per axis: more run into each other on a 5-inch-wide view
 LIGHT = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
 BACK_FACE_MARGIN = 0.3  # cosine: triangles turned further from the camera are not drawn
 
@@ -55,7 +61,7 @@ def write_mesh_picture(path: Path, config: Config, mesh: Mesh | None, summary: d
     colors = face_colors(mesh, normals)
     lo, hi = mesh.vertices.min(axis=0), mesh.vertices.max(axis=0)
     centre, half = (lo + hi) / 2, (hi - lo).max() / 2 * 1.05
-    for i, (elev, azim, title) in enumerate(VIEWS):
+    for i, (elev, azim, title, along) in enumerate(VIEWS):
         ax = fig.add_subplot(1, 3, i + 1, projection="3d")
         # Triangles facing away from the camera are hidden behind the front of a closed
         # surface: not drawn (a third of the drawing time). The margin keeps those that the
@@ -71,6 +77,13 @@ def write_mesh_picture(path: Path, config: Config, mesh: Mesh | None, summary: d
         ax.set(zlim=centre[2] + [-half, half], xlabel="x", ylabel="y", zlabel="z")
         ax.set_box_aspect((1, 1, 1))
         ax.view_init(elev, azim)
+        ax.locator_params(nbins=TICKS)
+        if along:  # a side view: flat, without the axis it looks along
+            ax.set_proj_type("ortho")
+            getattr(ax, f"set_{along}ticks")([])
+            getattr(ax, f"set_{along}label")("")
+            for axis in (ax.xaxis, ax.yaxis, ax.zaxis):  # clear of the tick labels
+                axis.labelpad = 10
         ax.set_title(title)
     fig.suptitle(f"{describe(config, summary)}\n{numbers(summary)}", fontsize=12)
     save_figure(fig, path, dpi=80)

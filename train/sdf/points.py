@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError, InputFileError, read_input
+from ..errors import ConfigError, InputFileError, plural, read_input
 from ..shapes import Box, Sphere, Target, Torus
 from .config import POINTS_KIND_KEYS, PointsConfig
 
@@ -184,7 +184,8 @@ def _oriented(file: Path, rows: np.ndarray, key: str) -> PointCloud:
         first = int(np.flatnonzero(bad)[0])
         raise InputFileError(
             file,
-            f"{int(bad.sum())} points have NaN or infinite values (the first: point {first})",
+            f"{plural(int(bad.sum()), 'point')} {'has' if bad.sum() == 1 else 'have'} NaN or "
+            f"infinite values (the first: point {first})",
             key=key,
         )
     length = np.linalg.norm(rows[:, 3:], axis=1)
@@ -193,7 +194,8 @@ def _oriented(file: Path, rows: np.ndarray, key: str) -> PointCloud:
         first = int(np.flatnonzero(short)[0])
         raise InputFileError(
             file,
-            f"{int(short.sum())} points have a zero-length normal (the first: point {first}); "
+            f"{plural(int(short.sum()), 'point')} {'has' if short.sum() == 1 else 'have'} a "
+            f"zero-length normal (the first: point {first}); "
             f"every point needs an orientation",
             key=key,
         )
@@ -279,7 +281,8 @@ def _xyz_rows(file: Path, data: bytes, key: str, normals: bool) -> np.ndarray:
     if count is not None and count[1] != len(rows):
         raise InputFileError(
             file,
-            f"line {count[0]}: a count of {count[1]} points, but the file holds {len(rows)}",
+            f"line {count[0]}: a count of {plural(count[1], 'point')}, but the file holds "
+            f"{len(rows)}",
             key=key,
         )
     return np.array(rows, dtype=np.float64).reshape(-1, 6 if normals else 3)
@@ -352,8 +355,9 @@ def check_inside(cloud: PointCloud, bounds: list[list[float]], source: str) -> N
     ]
     where = ", ".join(f"{v:.4g}" for v in points[first].tolist())
     problem = (
-        f"{int(outside.sum())} of the {len(cloud)} points lie outside grid.bounds = "
-        f"{bounds} (the first: point {first} at ({where})); set grid.bounds to a box that "
+        f"{int(outside.sum())} of the {len(cloud)} points "
+        f"{'lies' if outside.sum() == 1 else 'lie'} outside grid.bounds = {bounds} "
+        f"(the first: point {first} at ({where})); set grid.bounds to a box that "
         f"holds them, e.g. {box}" + ("; or set points.fit_box = true" if source else "")
     )
     if source:

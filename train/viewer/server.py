@@ -72,7 +72,9 @@ class Viewer:
     def __init__(
         self, out: Path, options: ViewOptions, *, host: str, port: int, wait: bool = False
     ) -> None:
-        require("viser", key="grid-train view", needs="the viewer", install=INSTALL_VIEW)
+        require(
+            "viser", key="grid-train view", needs="the viewer", install=INSTALL_VIEW, singular=True
+        )
         import viser
 
         if not out.is_dir() and not wait:  # a starting run makes it once its data is read
