@@ -1,6 +1,6 @@
 """A command's fixed costs, phase by phase: what every run pays before its work.
 
-    python bench/start_seconds.py [--repeat 5] [--json PATH]
+    python bench/training/start_seconds.py [--repeat 5] [--json PATH]
 
 Each phase is timed in fresh processes (the median of --repeat): the interpreter alone
 (`python -c pass`, launch to exit); in one process, one import after another, `import
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: In one process, each import after the ones before it: (phase, module).
 IMPORTS = [
     ("import torch", "torch"),
