@@ -11,8 +11,10 @@ from ._version import __version__
 from .channels import channels_first, channels_last
 from .contraction import ContractedSamples, contract, sample_contracted, uncontract
 from .marching_cubes import marching_cubes
+from .multires_grid import MultiresGrid
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
+from .ops import multires
 from .optim import MaskedAdam
 from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
 from .volrend import (
@@ -52,4 +54,6 @@ __all__ = [
     "sample_contracted",
     "ContractedSamples",
     "__version__",
+    "MultiresGrid",
+    "multires",
 ]
