@@ -117,7 +117,9 @@ class MultiresGrid(nn.Module):
         self.base_resolution = base_resolution
         self.growth_factor = float(growth_factor)
         self.init_scale = float(init_scale)
-        self.table = nn.Parameter(torch.empty(levels, table_size, features, dtype=dtype, device=device))
+        self.table = nn.Parameter(
+            torch.empty(levels, table_size, features, dtype=dtype, device=device)
+        )
         self.reset_parameters()
         bounds_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         self.register_buffer("bounds", torch.tensor([lo, hi], dtype=bounds_dtype, device=device))
