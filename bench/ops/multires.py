@@ -171,7 +171,20 @@ def markdown(rows: list[dict]) -> str:
 
 
 def build_ngp(folder: Path, device: torch.device):
-    """torch-ngp's GridEncoder (its own JIT build) at the same configuration."""
+    """torch-ngp's GridEncoder at the same configuration, its CUDA source JIT-built here with
+    C++17 (its own backend.py asks for C++14, which today's torch headers reject)."""
+    from torch.utils.cpp_extension import load  # noqa: PLC0415
+
+    src = folder / "src"
+    flags = ["-O3", "-std=c++17"]
+    half = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__"]
+    # gridencoder/grid.py imports a prebuilt `_gridencoder` first
+    sys.modules["_gridencoder"] = load(
+        name="_gridencoder",
+        sources=[str(src / "gridencoder.cu"), str(src / "bindings.cpp")],
+        extra_cflags=flags,
+        extra_cuda_cflags=[*flags, *half, "-U__CUDA_NO_HALF2_OPERATORS__"],
+    )
     sys.path.insert(0, str(folder.resolve().parent))
     from gridencoder import GridEncoder  # noqa: PLC0415  (bench-only, built on demand)
 
