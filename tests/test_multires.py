@@ -91,10 +91,11 @@ def test_backward_matches_reference(device, dtype):
         grads.append((t.grad, p.grad))
     (gt, gp), (wt, wp) = grads
     assert_close(gt, wt)
-    assert_close(gp, wp)
-    assert gp[-2:, :2].abs().max() == 0  # x and y outside the box: clamped, no gradient
-    assert gp[-2:, 2].abs().min() > 0
-    assert gp[:-5].abs().min() > 0
+    # float32: sums over levels and corners in another order, the gradients are O(R)
+    tol = {} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-6 * wp.abs().max().item()}
+    assert_close(gp, wp, **tol)
+    # exactly the coordinates outside the box are clamped and get no gradient
+    assert torch.equal(gp == 0, points.abs() > 1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
