@@ -12,15 +12,9 @@ from .channels import channels_first, channels_last
 from .contraction import ContractedSamples, contract, sample_contracted, uncontract
 from .marching_cubes import marching_cubes
 from .multires_grid import MultiresGrid
+from .multires_ops import multires
 from .occupancy import OccupancyGrid
-from .ops import (
-    masked_adam_,
-    multires,
-    sample,
-    total_variation,
-    total_variation_add_grad_,
-    trilinear,
-)
+from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
 from .optim import MaskedAdam
 from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
 from .volrend import (

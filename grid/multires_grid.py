@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ._boxes import _bounds
-from .ops import multires
+from .multires_ops import multires
 from .reference import multires_level_is_dense
 
 _MAX_LEVELS = 32
