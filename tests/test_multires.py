@@ -4,6 +4,8 @@ gradients of gradients, opcheck, torch.compile, half precision, bad inputs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -155,6 +157,25 @@ def test_half_table_cpu():
 
 
 # ---- contract: opcheck, torch.compile ------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["multires", "multires_backward", "multires_double_backward"])
+def test_native_kernels_registered(op):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CPU")
+    if torch.cuda.is_available():
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"grid::{op}", "CUDA"), (
+            "torch has CUDA but grid was built without the CUDA kernels"
+        )
+
+
+@pytest.mark.parametrize("op", ["multires", "multires_backward"])
+def test_autograd_is_registered_in_cpp(op):
+    """The Autograd kernel of the op and of its backward op (which holds the double-backward
+    rule) is the C++ one from csrc/autograd.cpp, not a Python rule."""
+    dump = torch._C._dispatch_dump(f"grid::{op}")
+    line = [x for x in dump.splitlines() if x.startswith("Autograd[alias]:")]
+    assert len(line) == 1, dump
+    assert re.search(r"autograd\.cpp:\d+ ", line[0]), line[0]
 
 
 @pytest.mark.parametrize("device", DEVICES)
