@@ -69,18 +69,19 @@ void multires_grad_points_cpu(const scalar_t* g, const scalar_t* tab, const poin
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> multires_backward_cpu(const at::Tensor& grad_out_in,  // [..., LF]
-                                                         const at::Tensor& table_in,  // [L, T, F]
-                                                         const at::Tensor& points_in,  // [..., 3]
-                                                         at::IntArrayRef resolutions,
-                                                         std::array<bool, 2> output_mask) {
+std::tuple<at::Tensor, at::Tensor> multires_backward_cpu(
+    const at::Tensor& grad_out_in,  // [..., L F]
+    const at::Tensor& table_in,     // [L, T, F]
+    const at::Tensor& points_in,    // [..., 3]
+    at::IntArrayRef resolutions, std::array<bool, 2> output_mask) {
   const MultiresLevels levels = check_multires_args(table_in, points_in, resolutions);
   check_grad_out("grid.multires_backward", grad_out_in, table_in,
                  multires_out_sizes(table_in, points_in));
   check_multires_points_finite(points_in);
   const at::Tensor table = table_in.contiguous();
-  const at::Tensor points = contiguous_rows(points_in, 3);                                 // [N, 3]
-  const at::Tensor grad_out = contiguous_rows(grad_out_in, int64_t(levels.L) * levels.F);  // [N, LF]
+  const at::Tensor points = contiguous_rows(points_in, 3);  // [N, 3]
+  const int64_t row = int64_t(levels.L) * levels.F;
+  const at::Tensor grad_out = contiguous_rows(grad_out_in, row);  // [N, L F]
   const int64_t N = points.size(0);
   const auto acc_dtype = table.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor grad_acc = masked_output(output_mask[0], table.sizes(),

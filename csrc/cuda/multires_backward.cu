@@ -20,7 +20,9 @@
 namespace grid {
 namespace {
 
-template <typename scalar_t, typename point_t, int kF, bool kTable, bool kPoints>
+// kVec: each row of kF values read as one vector, and its gradient added with vector atomics
+// (float2 / float4 on sm_90).
+template <typename scalar_t, typename point_t, int kF, bool kVec, bool kTable, bool kPoints>
 __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
     const scalar_t* __restrict__ grad_out,  // [N, L F]
     const scalar_t* __restrict__ table,     // [L, T, F] contiguous
@@ -40,8 +42,29 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
     const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
     acc_t w[8], dot[8] = {};
     corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
+    if constexpr (kVec) {
+      const Vec<scalar_t, kF> grow = load_vec<scalar_t, kF>(g + l * kF);
+      acc_t gf[kF];
 #pragma unroll
-    for (int f = 0; f < F; ++f) {
+      for (int f = 0; f < kF; ++f) gf[f] = to_acc(grow.v[f]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int64_t off = multires_row_offset(levels, l, cell.row[k], kF);
+        if constexpr (kTable) {
+          acc_t add[kF];
+#pragma unroll
+          for (int f = 0; f < kF; ++f) add[f] = w[k] * gf[f];
+          atomic_add_vec<kF>(grad_table + off, add);
+        }
+        if constexpr (kPoints) {
+          const Vec<scalar_t, kF> v = load_vec<scalar_t, kF>(table + off);
+#pragma unroll
+          for (int f = 0; f < kF; ++f) dot[k] += gf[f] * to_acc(v.v[f]);
+        }
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < (kVec ? 0 : F); ++f) {
       const acc_t gf = to_acc(g[l * F + f]);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -127,8 +150,9 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
                  multires_out_sizes(table_in, points_in));
   const c10::cuda::CUDAGuard guard(table_in.device());
   const at::Tensor table = table_in.contiguous();
-  const at::Tensor points = contiguous_rows(points_in, 3);                                // [N, 3]
-  const at::Tensor grad_out = contiguous_rows(grad_out_in, int64_t(levels.L) * levels.F);  // [N, LF]
+  const at::Tensor points = contiguous_rows(points_in, 3);  // [N, 3]
+  const int64_t row = int64_t(levels.L) * levels.F;
+  const at::Tensor grad_out = contiguous_rows(grad_out_in, row);  // [N, L F]
   const int64_t N = points.size(0);
   const auto acc_dtype = table.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const bool deterministic = output_mask[0] && at::globalContext().deterministicAlgorithms();
@@ -138,8 +162,9 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
       deterministic
           ? multires_grad_table_deterministic(grad_out, table, points, levels, acc_dtype)
           : masked_output(want_table, table.sizes(), table.options().dtype(acc_dtype));
-  at::Tensor grad_points = want_points ? unfilled_cuda(points_in.sizes(), points_in.options())
-                                       : masked_output(false, points_in.sizes(), points_in.options());
+  at::Tensor grad_points = want_points
+                               ? unfilled_cuda(points_in.sizes(), points_in.options())
+                               : masked_output(false, points_in.sizes(), points_in.options());
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (want_table)  // all-zero bits are 0.0 in float32 and float64
     C10_CUDA_CHECK(cudaMemsetAsync(grad_acc.data_ptr(), 0, grad_acc.nbytes(), stream));
@@ -149,14 +174,20 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
       using point_t = typename decltype(p)::type;
       using acc_t = acc_type<scalar_t>;
       dispatch_multires_f(levels.F, [&](auto f) {
-        dispatch_mask(want_table, want_points, [&](auto kt, auto kp) {
-          multires_backward_kernel<scalar_t, point_t, decltype(f)::value, decltype(kt)::value,
-                                   decltype(kp)::value>
-              <<<one_pass_blocks(N), kThreads, 0, stream>>>(
-                  grad_out.data_ptr<scalar_t>(), table.data_ptr<scalar_t>(),
-                  points.data_ptr<point_t>(), want_table ? grad_acc.data_ptr<acc_t>() : nullptr,
-                  want_points ? grad_points.data_ptr<point_t>() : nullptr, levels, N);
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        constexpr int kF = decltype(f)::value;
+        const bool vector =
+            multires_rows_aligned<scalar_t, kF>({table.data_ptr(), grad_out.data_ptr()});
+        dispatch_bool(vector, [&](auto kv) {
+          constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
+          dispatch_mask(want_table, want_points, [&](auto kt, auto kp) {
+            multires_backward_kernel<scalar_t, point_t, kF, kVec, decltype(kt)::value,
+                                     decltype(kp)::value>
+                <<<one_pass_blocks(N), kThreads, 0, stream>>>(
+                    grad_out.data_ptr<scalar_t>(), table.data_ptr<scalar_t>(),
+                    points.data_ptr<point_t>(), want_table ? grad_acc.data_ptr<acc_t>() : nullptr,
+                    want_points ? grad_points.data_ptr<point_t>() : nullptr, levels, N);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          });
         });
       });
     });

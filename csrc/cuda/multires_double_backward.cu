@@ -85,7 +85,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multires_double_backward_cuda(
   const MultiresLevels levels = check_multires_args(table_in, points_in, resolutions);
   const DoubleBackwardInputs in = double_backward_inputs(
       "grid.multires_double_backward", grad_grad_table_in, "grad_grad_table", grad_grad_points_in,
-      "grad_grad_points", grad_out_in, table_in, points_in, multires_out_sizes(table_in, points_in));
+      "grad_grad_points", grad_out_in, table_in, points_in,
+      multires_out_sizes(table_in, points_in));
   const c10::cuda::CUDAGuard guard(table_in.device());
   const at::Tensor &table = in.value, &points = in.coords, &ggt = in.gg_value, &ggp = in.gg_coords;
   const at::Tensor grad_out = in.grad_out.view({-1, int64_t(levels.L) * levels.F});  // [N, L F]

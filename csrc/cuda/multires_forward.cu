@@ -13,7 +13,8 @@
 namespace grid {
 namespace {
 
-template <typename scalar_t, typename point_t, int kF>
+// kVec: each row of kF values read (and each output row written) as one vector access.
+template <typename scalar_t, typename point_t, int kF, bool kVec>
 __global__ void __launch_bounds__(kThreads) multires_forward_kernel(
     const scalar_t* __restrict__ table,  // [L, T, F] contiguous
     const point_t* __restrict__ points,  // [N, 3]
@@ -30,6 +31,22 @@ __global__ void __launch_bounds__(kThreads) multires_forward_kernel(
     const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
     acc_t w[8];
     corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
+    if constexpr (kVec) {
+      Vec<scalar_t, kF> v[8];  // the eight loads in flight before the first use
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        v[k] = load_vec<scalar_t, kF>(table + multires_row_offset(levels, l, cell.row[k], kF));
+      acc_t sum[kF] = {};
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+#pragma unroll
+        for (int f = 0; f < kF; ++f) sum[f] += w[k] * to_acc(v[k].v[f]);
+      Vec<scalar_t, kF> row;
+#pragma unroll
+      for (int f = 0; f < kF; ++f) row.v[f] = static_cast<scalar_t>(sum[f]);
+      store_vec<scalar_t, kF>(o + l * kF, row);
+      continue;
+    }
 #pragma unroll
     for (int f = 0; f < F; ++f) {
       acc_t sum = 0;
@@ -58,11 +75,16 @@ at::Tensor multires_forward_cuda(const at::Tensor& table_in,   // [L, T, F]
     using scalar_t = typename decltype(s)::type;
     using point_t = typename decltype(p)::type;
     dispatch_multires_f(levels.F, [&](auto f) {
-      multires_forward_kernel<scalar_t, point_t, decltype(f)::value>
-          <<<one_pass_blocks(N), kThreads, 0, stream>>>(table.data_ptr<scalar_t>(),
-                                                        points.data_ptr<point_t>(),
-                                                        out.data_ptr<scalar_t>(), levels, N);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      constexpr int kF = decltype(f)::value;
+      const bool vector = multires_rows_aligned<scalar_t, kF>({table.data_ptr(), out.data_ptr()});
+      dispatch_bool(vector, [&](auto kv) {
+        constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
+        multires_forward_kernel<scalar_t, point_t, kF, kVec>
+            <<<one_pass_blocks(N), kThreads, 0, stream>>>(table.data_ptr<scalar_t>(),
+                                                          points.data_ptr<point_t>(),
+                                                          out.data_ptr<scalar_t>(), levels, N);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
   });
   return out;
