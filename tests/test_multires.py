@@ -109,8 +109,10 @@ def test_gradcheck_and_gradgradcheck(device):
     def f(t, p):
         return grid.multires(t, p, RESOLUTIONS)
 
-    assert torch.autograd.gradcheck(f, (table, points))
-    assert torch.autograd.gradgradcheck(f, (table, points))
+    # CUDA adds the table gradient with atomics: sums in any order, equal to ~1e-16
+    tol = 1e-12 if device == "cuda" else 0.0
+    assert torch.autograd.gradcheck(f, (table, points), nondet_tol=tol)
+    assert torch.autograd.gradgradcheck(f, (table, points), nondet_tol=tol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
