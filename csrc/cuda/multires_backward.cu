@@ -62,15 +62,16 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
           for (int f = 0; f < kF; ++f) dot[k] += gf[f] * to_acc(v.v[f]);
         }
       }
-    }
+    } else {
 #pragma unroll
-    for (int f = 0; f < (kVec ? 0 : F); ++f) {
-      const acc_t gf = to_acc(g[l * F + f]);
+      for (int f = 0; f < F; ++f) {
+        const acc_t gf = to_acc(g[l * F + f]);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int64_t off = multires_row_offset(levels, l, cell.row[k], F) + f;
-        if constexpr (kTable) atomicAdd(grad_table + off, w[k] * gf);
-        if constexpr (kPoints) dot[k] += gf * to_acc(table[off]);
+        for (int k = 0; k < 8; ++k) {
+          const int64_t off = multires_row_offset(levels, l, cell.row[k], F) + f;
+          if constexpr (kTable) atomicAdd(grad_table + off, w[k] * gf);
+          if constexpr (kPoints) dot[k] += gf * to_acc(table[off]);
+        }
       }
     }
     if constexpr (kPoints) {

@@ -45,15 +45,15 @@ __global__ void __launch_bounds__(kThreads) multires_forward_kernel(
 #pragma unroll
       for (int f = 0; f < kF; ++f) row.v[f] = static_cast<scalar_t>(sum[f]);
       store_vec<scalar_t, kF>(o + l * kF, row);
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int f = 0; f < F; ++f) {
-      acc_t sum = 0;
+      for (int f = 0; f < F; ++f) {
+        acc_t sum = 0;
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
-        sum += w[k] * to_acc(table[multires_row_offset(levels, l, cell.row[k], F) + f]);
-      o[l * F + f] = static_cast<scalar_t>(sum);
+        for (int k = 0; k < 8; ++k)
+          sum += w[k] * to_acc(table[multires_row_offset(levels, l, cell.row[k], F) + f]);
+        o[l * F + f] = static_cast<scalar_t>(sum);
+      }
     }
   }
 }
