@@ -513,6 +513,117 @@ Tensor ray_weights_autograd(const Tensor& tau, const Tensor& offsets) {
   return op.call(tau, offsets);
 }
 
+// ---- multiresolution grid ----------------------------------------------------------------
+
+using Levels = c10::IntArrayRef;  // grid.multires's resolutions, one per level
+
+Tensor multires_op(const Tensor& table, const Tensor& points, Levels resolutions) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::multires", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, Levels)>();
+  return op.call(table, points, resolutions);
+}
+
+std::tuple<Tensor, Tensor> multires_backward_op(const Tensor& grad_out, const Tensor& table,
+                                                const Tensor& points, Levels resolutions,
+                                                std::array<bool, 2> mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("grid::multires_backward", "")
+          .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, Levels,
+                                            std::array<bool, 2>)>();
+  return op.call(grad_out, table, points, resolutions, mask);
+}
+
+std::tuple<Tensor, Tensor, Tensor> multires_double_backward_op(
+    const std::optional<Tensor>& grad_grad_table, const std::optional<Tensor>& grad_grad_points,
+    const Tensor& grad_out, const Tensor& table, const Tensor& points, Levels resolutions,
+    std::array<bool, 3> mask) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("grid::multires_double_backward", "")
+                             .typed<std::tuple<Tensor, Tensor, Tensor>(
+                                 const std::optional<Tensor>&, const std::optional<Tensor>&,
+                                 const Tensor&, const Tensor&, const Tensor&, Levels,
+                                 std::array<bool, 3>)>();
+  return op.call(grad_grad_table, grad_grad_points, grad_out, table, points, resolutions, mask);
+}
+
+struct MultiresBackwardFunction : torch::autograd::Function<MultiresBackwardFunction> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& grad_out, const Tensor& table,
+                               const Tensor& points, Levels resolutions,
+                               std::array<bool, 2> mask) {
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (zero)
+    ctx->save_for_backward({grad_out, table, points});
+    ctx->saved_data["resolutions"] = resolutions.vec();
+    ctx->saved_data["mask0"] = mask[0];
+    ctx->saved_data["mask1"] = mask[1];
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [grad_table, grad_points] =
+        multires_backward_op(grad_out, table, points, resolutions, mask);
+    return {grad_table, grad_points};
+  }
+
+  // grads: {[L, T, F] or undefined, [..., 3] or undefined}
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const std::optional<Tensor> gg_table = incoming(grads[0], ctx->saved_data["mask0"].toBool());
+    const std::optional<Tensor> gg_points = incoming(grads[1], ctx->saved_data["mask1"].toBool());
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      ctx->needs_input_grad(2)};
+    if (!(gg_table || gg_points) || !(mask[0] || mask[1] || mask[2]))
+      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    const std::vector<int64_t> resolutions = ctx->saved_data["resolutions"].toIntVector();
+    auto [grad_grad_out, grad_table, grad_points] = multires_double_backward_op(
+        gg_table, gg_points, saved[0], saved[1], saved[2], resolutions, mask);
+    return {grad_or_none(mask[0], grad_grad_out), grad_or_none(mask[1], grad_table),
+            grad_or_none(mask[2], grad_points), Tensor(), Tensor()};
+  }
+};
+
+std::tuple<Tensor, Tensor> multires_backward_autograd(const Tensor& grad_out, const Tensor& table,
+                                                      const Tensor& points, Levels resolutions,
+                                                      std::array<bool, 2> mask) {
+  if (!records({&grad_out, &table, &points})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return multires_backward_op(grad_out, table, points, resolutions, mask);
+  }
+  const variable_list grads =
+      MultiresBackwardFunction::apply(grad_out, table, points, resolutions, mask);
+  return {grads[0], grads[1]};
+}
+
+struct MultiresFunction : torch::autograd::Function<MultiresFunction> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& table, const Tensor& points,
+                        Levels resolutions) {
+    Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = multires_op(table, points, resolutions);
+    }
+    ctx->save_for_backward({table, points});
+    ctx->saved_data["resolutions"] = resolutions.vec();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {  // {[..., L F]}
+    const variable_list saved = ctx->get_saved_variables();
+    const std::array<bool, 2> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
+    const std::vector<int64_t> resolutions = ctx->saved_data["resolutions"].toIntVector();
+    // Through the dispatcher, so that under create_graph the backward op's own autograd runs.
+    auto [grad_table, grad_points] =
+        multires_backward_autograd(grads[0], saved[0], saved[1], resolutions, mask);
+    return {grad_or_none(mask[0], grad_table), grad_or_none(mask[1], grad_points), Tensor()};
+  }
+};
+
+Tensor multires_autograd(const Tensor& table, const Tensor& points, Levels resolutions) {
+  if (!records({&table, &points})) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return multires_op(table, points, resolutions);
+  }
+  return MultiresFunction::apply(table, points, resolutions);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(grid, Autograd, m) {
@@ -529,6 +640,9 @@ TORCH_LIBRARY_IMPL(grid, Autograd, m) {
   m.impl("composite_rays", &composite_rays_autograd);
   m.impl("composite_rays_backward", torch::autograd::autogradNotImplementedFallback());
   m.impl("ray_weights", &ray_weights_autograd);
+  m.impl("multires", &multires_autograd);
+  m.impl("multires_backward", &multires_backward_autograd);
+  m.impl("multires_double_backward", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace grid

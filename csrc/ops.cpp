@@ -95,6 +95,23 @@ TORCH_LIBRARY(grid, m) {
       "masked_adam_.tensor(Tensor(a!) param, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, "
       "Tensor grad, Tensor lr, float beta1, float beta2, float eps, float weight_decay, "
       "bool decoupled_weight_decay, Tensor step) -> ()");
+
+  // ---- multiresolution grid (csrc/multires_math.h) ----------------------------------------
+  // table: [L, T, F], points: [..., 3] in [-1, 1], resolutions: L cells-per-axis counts
+  // -> [..., L * F]: level l trilinearly blended from its (R + 1)^3 vertices, stored densely in
+  // table[l] where they fit T rows, else hashed into them (instant-ngp's spatial hash).
+  m.def("multires(Tensor table, Tensor points, int[] resolutions) -> Tensor");
+  // -> (grad_table [L, T, F], grad_points [..., 3]); masked-out outputs are empty [0].
+  m.def(
+      "multires_backward(Tensor grad_out, Tensor table, Tensor points, int[] resolutions, "
+      "bool[2] output_mask) -> (Tensor, Tensor)");
+  // The gradient of multires_backward. grad_grad_table: [L, T, F] and grad_grad_points:
+  // [..., 3], the incoming gradients of its two outputs (None: zero) -> (grad of grad_out
+  // [..., L * F], grad of table [L, T, F], grad of points [..., 3]); masked-out outputs are [0].
+  m.def(
+      "multires_double_backward(Tensor? grad_grad_table, Tensor? grad_grad_points, "
+      "Tensor grad_out, Tensor table, Tensor points, int[] resolutions, bool[3] output_mask) "
+      "-> (Tensor, Tensor, Tensor)");
 }
 
 // Lets `import grid._C` load the library (which registers the ops above) as a Python module.

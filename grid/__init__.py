@@ -15,6 +15,8 @@ from ._version import __version__
 from .channels import channels_first, channels_last
 from .contraction import ContractedSamples, contract, sample_contracted, uncontract
 from .marching_cubes import marching_cubes
+from .multires_grid import MultiresGrid
+from .multires_ops import multires
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
 from .optim import MaskedAdam
@@ -56,4 +58,6 @@ __all__ = [
     "sample_contracted",
     "ContractedSamples",
     "__version__",
+    "MultiresGrid",
+    "multires",
 ]

@@ -373,3 +373,56 @@ def ray_weights(tau: Tensor, offsets: Tensor) -> Tensor:
             out[i] = -math.expm1(-x[i]) * transmittance
             transmittance *= math.exp(-x[i])
     return torch.tensor(out, dtype=torch.float64).to(tau.dtype)
+
+
+# ---- multiresolution encoding --------------------------------------------------------
+
+# instant-ngp's spatial hash: one prime per axis (1 for x), XOR-ed in uint32 arithmetic.
+HASH_PRIMES = (1, 2654435761, 805459861)
+
+
+def multires_level_is_dense(resolution: int, table_size: int) -> bool:
+    """A level of `resolution` cells per axis has (resolution + 1)^3 vertices: stored densely
+    when they fit the table's `table_size` rows, else hashed into them."""
+    return (resolution + 1) ** 3 <= table_size
+
+
+def multires_index(corner: Tensor, resolution: int, table_size: int) -> Tensor:
+    """corner: [..., 3] integer vertex (x, y, z) in [0, resolution] -> [...] table row.
+
+    Dense: x + y (R + 1) + z (R + 1)^2. Hashed: (x * 1 ^ y * 2654435761 ^ z * 805459861)
+    in uint32 arithmetic, mod `table_size`."""
+    if multires_level_is_dense(resolution, table_size):
+        side = resolution + 1
+        return corner[..., 0] + corner[..., 1] * side + corner[..., 2] * side * side
+    mask = 0xFFFFFFFF  # int64 products of coordinates < 2^25 and primes < 2^32 do not overflow
+    x, y, z = ((corner[..., a] * HASH_PRIMES[a]) & mask for a in range(3))
+    return (x ^ y ^ z) % table_size
+
+
+def multires(table: Tensor, points: Tensor, resolutions: Sequence[int]) -> Tensor:
+    """table: [L, T, F], points: [..., 3] in [-1, 1] -> [..., L * F] (level-major: level l
+    is columns l F .. l F + F - 1).
+
+    Level l is a grid of `resolutions[l]` = R cells per axis, with (R + 1)^3 vertices whose
+    features are table rows `multires_index(vertex, R, T)` of `table[l]`. A point maps to
+    `(p + 1) / 2 * R` (align_corners: p = -1 and 1 are the first and last vertices) and is
+    blended trilinearly from its cell's eight vertices. Coordinates are clamped to [-1, 1]
+    first (no gradient outside, as torch.clamp). Computed in float32 (float64 when table or
+    points are), returned in the table's dtype. Differentiable twice through autograd.
+    """
+    L, T, F = table.shape
+    if len(resolutions) != L:
+        raise ValueError(f"resolutions: expected {L} levels like table, got {len(resolutions)}")
+    acc = torch.float64 if torch.float64 in (table.dtype, points.dtype) else torch.float32
+    unit = (points.reshape(-1, 3).to(acc).clamp(-1, 1) + 1) / 2  # [N, 3] in [0, 1]
+    levels = []
+    for level, R in enumerate(resolutions):
+        pos = unit * R
+        low = pos.detach().floor().clamp(max=R - 1)  # p = 1 sits in the last cell, t = 1
+        weights = _corner_weights(pos - low)  # [N, 8]
+        corners = low.long()[:, None, :] + torch.tensor(CORNER_OFFSETS, device=low.device)
+        rows = table[level][multires_index(corners, R, T)]  # [N, 8, F]
+        levels.append((weights.unsqueeze(-1) * rows.to(acc)).sum(dim=1))
+    out = torch.cat(levels, dim=1) if levels else unit.new_zeros(unit.shape[0], 0)
+    return out.to(table.dtype).reshape(*points.shape[:-1], L * F)

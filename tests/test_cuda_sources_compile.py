@@ -27,7 +27,7 @@ def _nvcc() -> str | None:
 
 
 def test_there_are_cuda_sources():
-    assert len(SOURCES) == 11, SOURCES
+    assert len(SOURCES) == 14, SOURCES
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not found")
