@@ -8,7 +8,7 @@
 #
 # Each role keeps its modes, their arguments and environment variables in its own runner
 # (documented there; bench/README.md lists them all):
-#   all tests bench                      bench/ops/modes.sh          kernels: tests, bench_ops, probes
+#   all tests bench multires             bench/ops/modes.sh          kernels: tests, bench_ops, probes
 #   nerf loop sdf view                   bench/training/modes.sh     training as a user runs it
 #   scenes scenes-pool scenes-wait       bench/training/modes.sh     D3: ours over a set of scenes
 #   multi steps                          bench/multi_gpu/modes.sh    several GPUs of one host
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 what=${1:-all}
 shift || true
 case $what in
-  all | tests | bench) runner=bench/ops/modes.sh ;;
+  all | tests | bench | multires) runner=bench/ops/modes.sh ;;
   nerf | loop | sdf | view | scenes | scenes-pool | scenes-wait) runner=bench/training/modes.sh ;;
   multi | steps) runner=bench/multi_gpu/modes.sh ;;
   dvgo | dvgo-build) runner=bench/compare/dvgo/modes.sh ;;

@@ -7,7 +7,9 @@
 # (default gather; PROBES= runs none; gather = the S1 forward's bound, the same loads and stores
 # without the cell computation; small_f = the small-F kernel variants on S5's rays; scatter =
 # the S1 / S2 backward's atomic scatter alone, in the points' order and sorted by cell), each
-# writing $OUT/<name>_probe.json. `all`: tests, then bench.
+# writing $OUT/<name>_probe.json. `all`: tests, then bench. `multires`: tests/test_multires.py, then
+# bench/ops/multires.py ($OUT/multires.md, .json), beside torch-ngp's gridencoder when NGP names
+# its folder (default .anchors/torch-ngp/gridencoder, where present; bench-only, never shipped).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=$1
@@ -29,5 +31,14 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
       | tee -a "$OUT/bench.log" | tail -n 40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+fi
+if [ "$what" = multires ]; then
+  python3 -m pytest -q -p no:cacheprovider -rfE tests/test_multires.py 2>&1 | tee "$OUT/tests.log" | tail -n 20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  ngp=${NGP:-.anchors/torch-ngp/gridencoder}
+  args=()
+  [ -d "$ngp" ] && args=(--ngp "$ngp")
+  python3 bench/ops/multires.py --out "$OUT" "${args[@]}" "$@" 2>&1 | tee "$OUT/multires.log" | tail -n 40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

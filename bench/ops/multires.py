@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/, for the harness
-from harness import Ctx, free_memory, rel_err  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid
+from bench.harness import Ctx, free_memory, rel_err  # noqa: E402
 
-import grid  # noqa: E402  (the harness puts the repository root on sys.path)
+import grid  # noqa: E402
 from grid import reference  # noqa: E402
 
 L, FEATURES, LOG2_T, BASE, FINEST = 16, 2, 19, 16, 2048
