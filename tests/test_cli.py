@@ -7,7 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from grid._checks import plural as grid_plural
+from grid._checks import same_length
+from grid.voxel_grid import VoxelGrid
 from train.__main__ import COMMANDS, main
 from train.config import reference_table
 from train.config_keys import all_keys, first_sentence
@@ -143,6 +147,16 @@ def test_first_sentence(text, first):
 
 def test_plural():
     assert [plural(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]
+    assert [grid_plural(n, "row") for n in (0, 1, 2)] == ["0 rows", "1 row", "2 rows"]
+
+
+def test_a_count_of_one_is_singular_in_grid_messages():
+    one, three = torch.zeros(1, 3), torch.zeros(3, 3)
+    with pytest.raises(ValueError, match=r"^x: expected 1 row like y, got shape \[3, 3\]$"):
+        same_length("x", three, "y", one)
+    saved = {"features": torch.zeros(4, 4, 4, 1), "bounds": VoxelGrid(4, 2).bounds}
+    with pytest.raises(RuntimeError, match="the saved grid has 1 feature per voxel, this"):
+        VoxelGrid(4, 2).load_state_dict(saved)
 
 
 def test_missing_package_message_agrees_with_its_subject():

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .camera_path import SHAPES, CameraPath, read_camera_path, shape_path, write_camera_path
 from .dependencies import INSTALL_VIDEO, require
-from .errors import ConfigError, writing
+from .errors import ConfigError, plural, writing
 from .experiments import FORMAT_1_KIND, REGISTRY, specs
 
 if TYPE_CHECKING:  # numpy and torch are imported where used: `--help` needs neither
@@ -163,8 +163,9 @@ def render(args: argparse.Namespace) -> str:
     frames = render_frames(module, model, background, cameras, args)
     wrote = [str(p) for p in (args.out, args.frames) if p is not None]
     return (
-        f"wrote {' and '.join(wrote)}: {frames} frames of {cameras.width}x{cameras.height} at "
-        f"{cameras.fps:g} fps, step {checkpoint['step']} of the run"
+        f"wrote {' and '.join(wrote)}: {plural(frames, 'frame')} of "
+        f"{cameras.width}x{cameras.height} at {cameras.fps:g} fps, step {checkpoint['step']} "
+        "of the run"
     )
 
 

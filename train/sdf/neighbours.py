@@ -18,6 +18,8 @@ import math
 import torch
 from torch import Tensor
 
+from ..errors import plural
+
 #: Points searched at once.
 CHUNK = 8192
 
@@ -34,7 +36,7 @@ def knn(points: Tensor, k: int, cell: float | None = None) -> tuple[Tensor, Tens
     faster; else the voxel hash (`hash_knn`)."""
     n = points.shape[0]
     if n <= k:
-        raise ValueError(f"knn: {n} points, need more than k = {k}")
+        raise ValueError(f"knn: {plural(n, 'point')}, need more than k = {k}")
     if points.device.type == "cpu":
         try:
             from scipy.spatial import cKDTree
