@@ -12,6 +12,12 @@ from torch import Tensor
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
 
+def plural(count: int, noun: str) -> str:
+    """`count` and `noun`, with an s unless `count` is 1: "1 row", "3 rows" (train's
+    `plural`, which grid does not import)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def float_tensor(
     name: str, value: object, shape: str, dim: int | tuple[int, ...] | None, last: int | None = None
 ) -> None:
@@ -52,7 +58,8 @@ def same_length(name: str, value: Tensor, like_name: str, like: Tensor) -> None:
     """`value.shape[0] == like.shape[0]` (one row per sample, or per ray)."""
     if value.shape[0] != like.shape[0]:
         raise ValueError(
-            f"{name}: expected {like.shape[0]} rows like {like_name}, got shape {list(value.shape)}"
+            f"{name}: expected {plural(like.shape[0], 'row')} like {like_name}, "
+            f"got shape {list(value.shape)}"
         )
 
 

@@ -188,8 +188,8 @@ def composite(
         rays_c, weights_c = ray_indices[visible], weights[visible]
         if colors.shape[0] != rays_c.shape[0]:
             raise ValueError(
-                f"colors: expected {rays_c.shape[0]} rows (one per visible sample), "
-                f"got shape {list(colors.shape)}"
+                f"colors: expected {_checks.plural(rays_c.shape[0], 'row')} (one per visible "
+                f"sample), got shape {list(colors.shape)}"
             )
     acc = _accumulate(weights, None, ray_indices, n_rays)
     rgb = _accumulate(weights_c, colors, rays_c, n_rays)

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from . import ops
 from ._boxes import _bounds, _resolution, check_inside, lattice
+from ._checks import plural
 from .ops import sample, total_variation, total_variation_add_grad_
 
 INITS = ("zeros", "normal", "uniform")
@@ -447,7 +448,7 @@ class VoxelGrid(nn.Module):
             )
         if saved.shape[3] != features:
             return (
-                f"the saved grid has {saved.shape[3]} features per voxel, this VoxelGrid "
+                f"the saved grid has {plural(saved.shape[3], 'feature')} per voxel, this VoxelGrid "
                 f"{features}; loading adopts another resolution, not another feature count"
             )
         if saved.dtype != dtype:

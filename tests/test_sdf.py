@@ -349,13 +349,13 @@ def test_a_checkpoint_of_another_kind_is_refused(tmp_path, capsys):
     )
 
 
-def test_missing_scikit_image_is_found_before_training(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "skimage", None)  # `import skimage` fails
+def test_missing_scipy_is_found_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)  # `import scipy` fails
     out = tmp_path / "run"
     assert main(["--out", str(out), *sets(*SHORT)]) == 2
     err = one_line_error(capsys)
     assert err.startswith("grid-train: missing dependency: output.mesh: "), err
-    assert "scikit-image" in err and "pip install '.[sdf]'" in err
+    assert "need scipy, which" in err and "pip install '.[sdf]'" in err
     assert "--set output.mesh=false" in err
     assert not out.exists()
     assert main(["--out", str(out), *sets(*SHORT, "output.mesh=false")]) == 0

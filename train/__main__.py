@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 # Only what parsing the arguments needs: `--help` and a bad option answer without
 # importing torch (0.05 s instead of 1.2 s on 2 cores); the rest is imported in `main`.
-from .errors import ConfigError
+from .errors import ConfigError, plural
 
 if TYPE_CHECKING:
     from .config import Config
@@ -117,7 +117,10 @@ def _with_view_checkpoints(config: Config) -> Config:
     if config.output.checkpoint_every:
         return config
     every = config.eval.every
-    print(f"--view: writing the checkpoint every {every} steps (eval.every)", file=sys.stderr)
+    print(
+        f"--view: writing the checkpoint every {plural(every, 'step')} (eval.every)",
+        file=sys.stderr,
+    )
     return load_config(base=to_dict(config), overrides=[f"output.checkpoint_every={every}"])
 
 

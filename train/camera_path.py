@@ -27,12 +27,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, InputFileError, read_input, writing
+
+if TYPE_CHECKING:  # torch is imported where used: `grid-train render --help` needs none
+    from torch import Tensor
 
 #: The shapes `grid-train render --path` draws around the first camera; any other value
 #: is a camera_path.json file.
@@ -81,6 +81,8 @@ def read_camera_path(path: str | Path, key: str = "--path") -> CameraPath:
     Raises InputFileError naming `key` and the file: missing, not JSON, or a key missing or
     of the wrong kind (which one, and in which camera).
     """
+    import torch
+
     data = read_input(path, lambda f: json.loads(f.read_text()), "camera path JSON", key=key)
 
     def bad(problem: str) -> InputFileError:
@@ -115,6 +117,8 @@ def _positive_int(data: dict[str, Any], name: str, bad) -> int:
 
 
 def _matrix(camera: Any, i: int, bad) -> list[float]:
+    import torch
+
     where = f"camera_path[{i}]"
     if not isinstance(camera, dict):
         raise bad(f"{where}: expected an object, got {type(camera).__name__}")
@@ -187,6 +191,8 @@ def up_axis(c2w: Tensor) -> tuple[int, float]:
 def rotation(axis: Tensor, angle: float) -> Tensor:
     """[4, 4] float64: rotation by `angle` radians about the unit vector `axis` [3] through
     the origin (Rodrigues)."""
+    import torch
+
     x, y, z = (float(v) for v in axis)
     k = torch.tensor([[0, -z, y], [z, 0, -x], [-y, x, 0]], dtype=torch.float64)
     out = torch.eye(4, dtype=torch.float64)
@@ -198,6 +204,8 @@ def orbit(first: Tensor, up: Tensor, frames: int) -> Tensor:
     """first: [4, 4] camera, up: [3] unit world up -> [frames, 4, 4]: the camera rotated
     about the up axis through the origin in `frames` equal steps (one turn, the last step
     short of the first camera, so that the video loops)."""
+    import torch
+
     turns = [rotation(up, 2 * math.pi * k / frames) for k in range(frames)]
     return torch.stack([r @ first.double() for r in turns])
 
@@ -207,6 +215,8 @@ def spiral(first: Tensor, up: Tensor, frames: int) -> Tensor:
     about the up axis through the origin while the camera's elevation goes from
     `SPIRAL_ELEVATION` degrees above the first camera's to as far below it (tilting about
     the horizontal axis through the origin square to the camera's position)."""
+    import torch
+
     first = first.double()
     position = first[:3, 3]
     side = torch.linalg.cross(up.double(), position)  # horizontal, square to the camera
@@ -233,6 +243,8 @@ def shape_path(
 ) -> CameraPath:
     """`frames` cameras of `shape` ("orbit" or "spiral") around `first` [4, 4] (up: [3]),
     each `fov` degrees and size (width, height), played at `fps`."""
+    import torch
+
     if shape not in SHAPES:
         raise ConfigError(f"--path: expected {' or '.join(SHAPES)} or a camera_path.json file")
     poses = orbit(first, up, frames) if shape == "orbit" else spiral(first, up, frames)

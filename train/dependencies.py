@@ -43,7 +43,7 @@ def require(
             of "need" ("needs" with `singular`, e.g. "the viewer").
         install: the command that installs it.
         turn_off: the option that turns the feature off instead, if there is one.
-        package: the name it is installed by, when not the module's (e.g. scikit-image).
+        package: the name it is installed by, when not the module's (e.g. imageio-ffmpeg).
     """
     try:
         importlib.import_module(module)

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .errors import ConfigError
+from .errors import ConfigError, plural
 
 if TYPE_CHECKING:
     from .config import Config
@@ -86,8 +86,9 @@ class World:
         """ConfigError naming train.batch_size unless it splits into equal shares."""
         if batch_size % self.size:
             raise ConfigError(
-                f"train.batch_size: {batch_size} {unit} do not split into {self.size} equal "
-                f"shares (torchrun started {self.size} processes); use a multiple of "
+                f"train.batch_size: {plural(batch_size, unit.removesuffix('s'))} "
+                f"{'does' if batch_size == 1 else 'do'} not split into {self.size} equal shares"
+                f" (torchrun started {self.size} processes); use a multiple of "
                 f"{self.size}, e.g. {batch_size - batch_size % self.size or self.size}"
             )
 

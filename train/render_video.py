@@ -18,16 +18,16 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import numpy as np
-import torch
-from tqdm import tqdm
+from typing import TYPE_CHECKING, Any
 
 from .camera_path import SHAPES, CameraPath, read_camera_path, shape_path, write_camera_path
 from .dependencies import INSTALL_VIDEO, require
-from .errors import ConfigError, writing
+from .errors import ConfigError, plural, writing
 from .experiments import FORMAT_1_KIND, REGISTRY, specs
+
+if TYPE_CHECKING:  # numpy and torch are imported where used: `--help` needs neither
+    import numpy as np
+    import torch
 
 DEFAULT_SECONDS = 4.0
 DEFAULT_FPS = 24.0
@@ -142,11 +142,11 @@ def check_options(args: argparse.Namespace) -> None:
 def render(args: argparse.Namespace) -> str:
     """Render the path (see the module docstring); returns the one-line report. Raises
     ConfigError (or a subclass) naming the option or the file."""
+    check_options(args)  # before the imports of torch: a bad option answers at once
     from .checkpoint import CHECKPOINT, load_checkpoint
     from .config import load_config
     from .loop import device_option
 
-    check_options(args)
     device = device_option(args.device)
     run = args.run
     if not run.is_dir():
@@ -163,8 +163,9 @@ def render(args: argparse.Namespace) -> str:
     frames = render_frames(module, model, background, cameras, args)
     wrote = [str(p) for p in (args.out, args.frames) if p is not None]
     return (
-        f"wrote {' and '.join(wrote)}: {frames} frames of {cameras.width}x{cameras.height} at "
-        f"{cameras.fps:g} fps, step {checkpoint['step']} of the run"
+        f"wrote {' and '.join(wrote)}: {plural(frames, 'frame')} of "
+        f"{cameras.width}x{cameras.height} at {cameras.fps:g} fps, step {checkpoint['step']} "
+        "of the run"
     )
 
 
@@ -212,6 +213,7 @@ def render_frames(
 ) -> int:
     """Render every camera; write the video and/or the PNGs. Returns the frame count."""
     from PIL import Image
+    from tqdm import tqdm
 
     if args.frames is not None:
         with writing(args.frames, key="--frames"):
@@ -259,6 +261,8 @@ def open_video(path: Path, fps: float, lossless: bool):
 def even(image: np.ndarray) -> np.ndarray:
     """[H, W, 3] with its last row and column repeated where H or W is odd: yuv420p video
     needs even sizes."""
+    import numpy as np
+
     h, w = image.shape[:2]
     return np.pad(image, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ConfigError, InputFileError, read_input
+from ..errors import ConfigError, InputFileError, plural, read_input
 from ..schema import Need, check_kind_keys, choice, doc, grid_need, positive, triple
 
 if TYPE_CHECKING:
@@ -129,6 +129,6 @@ def memory(c: Config) -> list[Need]:
     b, e = c.train.batch_size, c.eval.points
     return [
         grid_need(c, 1),
-        Need("train.batch_size", f"{b} points per step", b * POINT_BYTES),
-        Need("eval.points", f"{e} held-out points", e * EVAL_POINT_BYTES),
+        Need("train.batch_size", f"{plural(b, 'point')} per step", b * POINT_BYTES),
+        Need("eval.points", plural(e, "held-out point"), e * EVAL_POINT_BYTES),
     ]

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from grid.voxel_grid import VoxelGrid
 
+from ..errors import plural
 from ..pictures import mark_upsamples, plot_mse, save_figure
 from .targets import Target
 
@@ -103,7 +104,7 @@ def write_slices(
     res = "x".join(map(str, model.resolution))
     surface = " (black: zero level set; white dashed: target's)" if sdf else ""
     fig.suptitle(
-        f"{config.target.kind}: {res} grid after {summary['steps']} steps, held-out PSNR "
+        f"{config.target.kind}: {res} grid after {plural(summary['steps'], 'step')}, held-out PSNR "
         f"{summary['psnr']:.2f} dB{surface}",
         fontsize=14,
     )
@@ -135,9 +136,9 @@ def write_curves(
         )
     res = "x".join(map(str, summary["resolution"]))
     fig.suptitle(
-        f"{config.target.kind}: fitting curves ({res} grid, {summary['steps']} steps of "
-        f"{config.train.batch_size} points, {summary['points_per_second'] / 1e6:.3g}M points/s "
-        f"on {summary['device']})",
+        f"{config.target.kind}: fitting curves ({res} grid, {plural(summary['steps'], 'step')} "
+        f"of {plural(config.train.batch_size, 'point')}, "
+        f"{summary['points_per_second'] / 1e6:.3g}M points/s on {summary['device']})",
         fontsize=13,
     )
     save_figure(fig, path, dpi=90)

@@ -21,11 +21,13 @@ if TYPE_CHECKING:
 
 def dependencies(config: Config) -> None:
     if config.output.mesh:
+        # marching cubes is grid's own; scipy labels the sign islands (on the CPU), the
+        # mesh's components and finds the Chamfer distances' nearest triangles (k-d trees)
         require(
-            "skimage",
-            package="scikit-image",
+            "scipy",
             key="output.mesh",
-            needs="the mesh (marching cubes: mesh.ply, mesh.png) and the Chamfer distances",
+            needs="the mesh (mesh.ply, mesh.png: sign islands, components) and the Chamfer "
+            "distances",
             install=INSTALL_SDF,
             turn_off="--set output.mesh=false",
         )

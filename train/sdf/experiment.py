@@ -39,7 +39,7 @@ from grid.voxel_grid import VoxelGrid
 
 from ..config import Config
 from ..distributed import SINGLE, World
-from ..errors import ConfigError, writing
+from ..errors import ConfigError, plural, writing
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import LaggedValues
 from ..schema import as_resolution
@@ -228,7 +228,8 @@ class SdfExperiment(GridSchedule):
         self.device, self.gen, self.world = device, gen, world
         if c.train.eikonal_points % world.size:
             raise ConfigError(
-                f"train.eikonal_points: {c.train.eikonal_points} points do not split into "
+                f"train.eikonal_points: {plural(c.train.eikonal_points, 'point')} "
+                f"{'does' if c.train.eikonal_points == 1 else 'do'} not split into "
                 f"{world.size} equal shares (torchrun started {world.size} processes)"
             )
         # this rank's rows of every batch (all of them in a single process)
@@ -239,8 +240,8 @@ class SdfExperiment(GridSchedule):
         if c.points.normals == "estimate" and world.is_main and c.output.progress:
             r = self.cloud.report
             print(
-                f'points.normals = "estimate": {len(self.cloud)} normals by PCA over '
-                f"{c.points.normal_neighbours} neighbours; oriented from outside "
+                f'points.normals = "estimate": {plural(len(self.cloud), "normal")} by PCA over '
+                f"{plural(c.points.normal_neighbours, 'neighbour')}; oriented from outside "
                 f"{100 * r['oriented_from_outside']:.1f}%, by their neighbours "
                 f"{100 * r['oriented_by_neighbours']:.1f}%, away from the centroid "
                 f"{100 * r['oriented_by_centroid']:.1f}%"
@@ -269,8 +270,9 @@ class SdfExperiment(GridSchedule):
         self.points_per_voxel = points_per_voxel(self.cloud.points, res, c.grid.bounds)
         if self.points_per_voxel < SPARSE_POINTS and world.is_main:
             print(
-                f"note: {len(self.cloud)} points are {self.points_per_voxel:.1f} per voxel they "
-                f"occupy at {'x'.join(map(str, res))}: the points, not the grid, limit the "
+                f"note: {plural(len(self.cloud), 'point')} "
+                f"{'is' if len(self.cloud) == 1 else 'are'} {self.points_per_voxel:.1f} per voxel "
+                f"they occupy at {'x'.join(map(str, res))}: the points, not the grid, limit the "
                 f"surface's detail (from about {SPARSE_POINTS:.0f} a voxel the grid does); more "
                 "points or a coarser grid",
                 file=sys.stderr,

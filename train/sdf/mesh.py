@@ -8,7 +8,7 @@ set. Between the vertices the triangles are flat, the field's zero set is not, a
 marching cubes makes many thin triangles whose faces tilt off the surface; `relax` rounds
 (`relax_vertices`) even them out along the surface and put the vertices back on the zero set.
 
-Distances use scipy's k-d tree (scipy comes with scikit-image) and are exact:
+Distances use scipy's k-d tree (the sdf extra) and are exact:
 `distance_to_mesh` finds the nearest point on the triangles, not the nearest vertex.
 """
 
@@ -152,7 +152,7 @@ def fill_sign_islands(values: Tensor, min_voxels: int) -> Tensor:
 
 def _small_islands_labelled(mask: np.ndarray, min_voxels: int) -> np.ndarray:
     """`_small_islands` by scipy's connected-component labelling."""
-    from scipy import ndimage  # scipy comes with scikit-image
+    from scipy import ndimage  # the sdf extra
 
     label, count = ndimage.label(mask)
     if count < 2 or min_voxels <= 1:

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import Tensor
 
+from ..errors import plural
+
 #: Points searched at once.
 CHUNK = 8192
 
@@ -30,11 +32,11 @@ def _cell_keys(cells: Tensor, size: Tensor) -> Tensor:
 def knn(points: Tensor, k: int, cell: float | None = None) -> tuple[Tensor, Tensor]:
     """The k nearest other points of each point: (indices [N, k] int64, distances [N, k]),
     nearest first. points: [N, 3] (N > k), any device. On the CPU, scipy's k-d tree when
-    scipy is importable (it comes with scikit-image, the sdf extra): the same answer,
+    scipy is importable (the sdf extra): the same answer,
     faster; else the voxel hash (`hash_knn`)."""
     n = points.shape[0]
     if n <= k:
-        raise ValueError(f"knn: {n} points, need more than k = {k}")
+        raise ValueError(f"knn: {plural(n, 'point')}, need more than k = {k}")
     if points.device.type == "cpu":
         try:
             from scipy.spatial import cKDTree

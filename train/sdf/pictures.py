@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from ..config import Config
+from ..errors import plural
 from ..pictures import mark_upsamples, save_figure
 from .mesh import Mesh
 
@@ -94,7 +95,8 @@ def describe(config: Config, summary: dict[str, Any]) -> str:
     faces = summary.get("mesh_faces") or 0
     return (
         f"zero level set of a {res} grid ({summary['interpolation']}), fitted to "
-        f"{summary['point_count']} points of {summary['points']}: {faces} triangles"
+        f"{plural(summary['point_count'], 'point')} of {summary['points']}: "
+        f"{plural(faces, 'triangle')}"
     )
 
 

@@ -268,7 +268,7 @@ def _xyz_rows(file: Path, data: bytes, key: str, normals: bool) -> np.ndarray:
         if not normals and len(parts) in (3, 6):
             parts = parts[:3]
         elif len(parts) != 6:
-            what = "points without normals" if len(parts) == 3 else f"{len(parts)} values"
+            what = "points without normals" if len(parts) == 3 else plural(len(parts), "value")
             hint = ESTIMATE if len(parts) == 3 else ""
             expected = "6 values, x y z nx ny nz" if normals else "3 or 6 values, x y z [nx ny nz]"
             raise InputFileError(file, f"line {number}: {what}; expected {expected}{hint}", key=key)

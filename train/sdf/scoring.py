@@ -18,7 +18,7 @@ exact (the nearest point on the other mesh's triangles, `mesh.nearest_triangles`
   `debris_faces`: its faces outside its largest k components, k the true mesh's count,
   and `debris_share` their share of its faces.
 
-Needs scipy (a dependency of scikit-image, the sdf extra).
+Needs scipy (the sdf extra).
 """
 
 from __future__ import annotations

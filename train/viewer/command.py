@@ -82,11 +82,11 @@ def check_options(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "grid-train view") -> int:
     args = _parser(prog).parse_args(argv)
-    from ..loop import device_option
-    from .server import Viewer, ViewOptions
-
     try:
-        check_options(args)
+        check_options(args)  # before the imports of torch: a bad option answers at once
+        from ..loop import device_option
+        from .server import Viewer, ViewOptions
+
         options = ViewOptions(
             device=device_option(args.device),
             max_size=args.max_size,
