@@ -16,6 +16,7 @@ shows the build's lines, one per file compiled.
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from setuptools import setup
@@ -23,6 +24,8 @@ from setuptools import setup
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "grid"))
 
+# pip installs numpy, a dependency, after building: torch's warning about it means nothing here
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 try:
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 except ImportError as error:  # pragma: no cover - message for a missing build dependency

@@ -41,9 +41,9 @@ from torch.utils import cpp_extension
 
 #: Bump when what goes into a key changes, so that old entries are never read as new ones.
 SCHEME = 1
-#: Entries kept, the most recently used first: libraries are a few MB, build folders tens.
-KEEP_LIBRARIES = 8
-KEEP_BUILD_FOLDERS = 4
+#: Entries kept, the most recently used first (a CPU build: a 30 MB library, an 80 MB folder).
+KEEP_LIBRARIES = 4
+KEEP_BUILD_FOLDERS = 2
 #: Environment variables that change what the compiler or the linker makes.
 COMPILER_ENV = (
     "CC",
@@ -174,6 +174,21 @@ def _prune(folder: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _forget_edits_ninja_cannot_see(folder: Path, files: dict[str, str]) -> None:
+    """ninja rebuilds what is older than its inputs. A file whose contents changed since the
+    folder's last build but whose time stamp is older than that build (restored with its old
+    time, unpacked from an archive) would be missed: start that folder afresh."""
+    try:
+        last = json.loads((folder / "sources.json").read_text())
+    except (OSError, ValueError):
+        return
+    for name, digest in files.items():
+        if last["files"].get(name) != digest and os.stat(name).st_mtime_ns < last["started_ns"]:
+            say(f"{name} changed but is older than the last build: rebuilding every file")
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+
+
 def _elapsed(start: float) -> str:
     seconds = round(time.monotonic() - start)
     return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
@@ -195,7 +210,8 @@ def _run_ninja_with_progress(build_directory: str, verbose: bool, error_prefix: 
     if total == 0:
         return
     jobs = os.environ.get("MAX_JOBS") or f"{(os.cpu_count() or 1) + 2} (ninja's default)"
-    say(f"compiling {total} files, {jobs} at a time (from {build_directory})")
+    files = "1 file" if total == 1 else f"{total} files"
+    say(f"compiling {files}, {jobs} at a time, in {build_directory}")
     start = time.monotonic()
     with subprocess.Popen(
         command,
@@ -232,7 +248,7 @@ class CachedBuildExtension(cpp_extension.BuildExtension):
                 say(f"build cache {root} cannot be written ({error}): building without it")
                 root = None
         if root is None:
-            self._compile(ext, target)
+            self._compile(ext, target, cache=None)
             return
         key, about = library_key(ext)
         entry = root / "lib" / key
@@ -245,20 +261,26 @@ class CachedBuildExtension(cpp_extension.BuildExtension):
                     f"compiler and torch {torch.__version__}): nothing to compile"
                 )
                 return
-            self.build_temp = str(root / "build" / build_folder_key(ext))
-            self._compile(ext, target)
+            folder = root / "build" / build_folder_key(ext)
+            _forget_edits_ninja_cannot_see(folder, about["files"])
+            self.build_temp = str(folder)
+            started = time.time_ns()
+            self._compile(ext, target, cache=root)
+            state = {"started_ns": started, "files": about["files"]}
+            (folder / "sources.json").write_text(json.dumps(state, indent=1))
             _copy(target, entry / target.name)
             (entry / "about.json").write_text(json.dumps(about, indent=1, sort_keys=True))
             say(f"{ext.name} stored in the build cache {entry}")
             _prune(root / "lib", KEEP_LIBRARIES)
             _prune(root / "build", KEEP_BUILD_FOLDERS)
 
-    def _compile(self, ext, target: Path) -> None:
+    def _compile(self, ext, target: Path, cache: Path | None) -> None:
         # Without ninja, distutils would keep a library left at the target by its time stamp
         # alone, even when torch changed since (with ninja, BuildExtension sets force).
         target.unlink(missing_ok=True)
         start = time.monotonic()
-        say(f"building {ext.name} (GRID_BUILD_CACHE: {cache_root() or 'off'})")
+        later = f"later installs reuse it from {cache}" if cache else "GRID_BUILD_CACHE: off"
+        say(f"building {ext.name} for torch {torch.__version__}: minutes, once ({later})")
         original = cpp_extension._run_ninja_build
         cpp_extension._run_ninja_build = _run_ninja_with_progress
         try:
