@@ -126,15 +126,14 @@ def test_an_unknown_config_lists_the_shipped_ones(tmp_path, monkeypatch, capsys)
 
 
 def _editable_checkout() -> Path | None:
-    """The checkout this environment's densegrid is an editable install of, if it is one."""
-    try:
-        about = importlib.metadata.distribution(DIST).read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    info = json.loads(about or "{}")
-    if not info.get("dir_info", {}).get("editable"):
-        return None
-    return Path(urllib.parse.unquote(urllib.parse.urlparse(info["url"]).path)).resolve()
+    """The checkout this environment's densegrid is an editable install of, if it is one
+    (looked for in every place of the path: a checkout's own densegrid.egg-info, left by an
+    in-tree build, comes first and has no direct_url.json)."""
+    for dist in importlib.metadata.distributions(name=DIST):
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+        if info.get("dir_info", {}).get("editable"):
+            return Path(urllib.parse.unquote(urllib.parse.urlparse(info["url"]).path)).resolve()
+    return None
 
 
 @pytest.mark.packaging
@@ -152,7 +151,7 @@ def test_an_extra_installed_after_the_first_install_reuses_the_build():
     # else the one compile of this machine
     _run([*pip, str(ROOT)], cwd=ROOT)
     start = time.monotonic()
-    again = _run([*pip, f"{ROOT}[train]"], cwd=ROOT)
+    again = _run([*pip, f"{ROOT}[train]"], cwd=ROOT, log=True)
     seconds = time.monotonic() - start
     assert "grid: grid._C reused from the build cache" in again, again[-3000:]
     assert "] compiled " not in again and "compiling" not in again, again[-3000:]
@@ -175,10 +174,11 @@ IGNORED = (
 )
 
 
-def _run(command: list[str], cwd: Path, env: dict | None = None) -> str:
+def _run(command: list[str], cwd: Path, env: dict | None = None, log: bool = False) -> str:
+    """stdout; with `log`, stderr after it (where `pip -v` writes a build's lines)."""
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout
+    return result.stdout + result.stderr if log else result.stdout
 
 
 def _environment_with_this_torch(path: Path) -> Path:
@@ -220,7 +220,8 @@ def test_wheel_from_the_sdist_installs_and_grid_train_runs_elsewhere(tmp_path):
     # a second wheel of the same sources (unpacked elsewhere): grid._C from the build cache
     again = tmp_path / "again"
     if _build_cache.cache_root() is not None:
-        log = _run([*pip, *wheel_args[:-1], str(again), "-v", str(sdist)], cwd=tmp_path, env=env)
+        command = [*pip, *wheel_args[:-1], str(again), "-v", str(sdist)]
+        log = _run(command, cwd=tmp_path, env=env, log=True)
         assert "grid: grid._C reused from the build cache" in log and "] compiled " not in log
         with zipfile.ZipFile(wheel) as first, zipfile.ZipFile(next(again.glob("*.whl"))) as second:
             (library,) = [n for n in first.namelist() if n.startswith("grid/_C")]
