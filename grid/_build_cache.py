@@ -77,11 +77,16 @@ def cache_root() -> Path | None:
     return Path(base) / "densegrid"
 
 
-def _relative(path: str) -> str:
-    """A path inside the folder being built as a relative one, so that two checkouts (or an
-    unpacked sdist) of the same sources give the same key."""
+def _portable(path: str) -> str:
+    """A path inside torch's folder, the folder being built or the environment, relative to
+    it: the same for every venv (torch's include folders), checkout and unpacked sdist."""
     full = Path(path).absolute()
-    return full.relative_to(Path.cwd()).as_posix() if full.is_relative_to(Path.cwd()) else path
+    bases = {"<torch>": Path(torch.__file__).parent, ".": Path.cwd(), "<prefix>": Path(sys.prefix)}
+    for name, base in bases.items():  # torch first: the README's venv is inside the checkout
+        if full.is_relative_to(base):
+            relative = full.relative_to(base).as_posix()
+            return relative if name == "." else f"{name}/{relative}"
+    return path
 
 
 def _version_line(command: list[str]) -> str:
@@ -102,7 +107,8 @@ def _toolchain(ext) -> dict:
         "extra_link_args": ext.extra_link_args,
         "define_macros": ext.define_macros,
         "undef_macros": ext.undef_macros,
-        "include_dirs": [_relative(d) for d in ext.include_dirs],
+        "include_dirs": [_portable(d) for d in ext.include_dirs],
+        "library_dirs": [_portable(d) for d in ext.library_dirs],
         "libraries": ext.libraries,
         "language": ext.language,
         "torch": [
@@ -122,7 +128,7 @@ def _toolchain(ext) -> dict:
 
 def _contents(ext) -> dict[str, str]:
     """sha256 of every source and header, by its path relative to the folder being built."""
-    files = sorted({_relative(f) for f in [*ext.sources, *ext.depends]})
+    files = sorted({_portable(f) for f in [*ext.sources, *ext.depends]})
     return {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files}
 
 
@@ -196,7 +202,7 @@ def _elapsed(start: float) -> str:
 
 def _compiled_file(command: str) -> str:
     found = re.search(r" -c (\S+) -o ", command)  # torch's rule: ... -c $in -o $out ...
-    return _relative(found.group(1)) if found else command[:80]
+    return _portable(found.group(1)) if found else command[:80]
 
 
 def _run_ninja_with_progress(build_directory: str, verbose: bool, error_prefix: str) -> None:

@@ -177,6 +177,13 @@ def test_the_key_changes_with_everything_that_makes_the_library(tmp_path, monkey
     (project / "src" / "common.h").write_text("#pragma once\n// a comment\n")
     assert key() != base
 
+    # torch's include folders (CppExtension adds them) are the same in any venv
+    torch_dir = Path(torch.__file__).parent
+    here = key(include_dirs=[str(torch_dir / "include")])
+    monkeypatch.setattr(torch, "__file__", str(tmp_path / "venv2" / "torch" / "__init__.py"))
+    assert key(include_dirs=[str(tmp_path / "venv2" / "torch" / "include")]) == here
+    assert key(include_dirs=[str(tmp_path / "venv2" / "torch" / "lib")]) != here
+
 
 def test_old_entries_are_pruned_by_last_use(tmp_path):
     for i in range(5):
