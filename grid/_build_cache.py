@@ -14,7 +14,7 @@ turns it off). It holds two things:
   installs, so that after an edit ninja recompiles only the files the edit reaches (through
   the header dependencies the compiler records).
 
-It also shows what it compiles, one line per file (`grid: [3/14] compiled csrc/ops.cpp`),
+It also shows what it compiles, one line per file (`grid: [3/12] compiled csrc/ops.cpp`),
 on stderr: pip passes a build's output on with `pip install -v`.
 
 setup.py loads this file without importing the package (torch must be importable).
@@ -126,10 +126,16 @@ def _toolchain(ext) -> dict:
     }
 
 
+def _files(ext) -> dict[str, str]:
+    """Every source and header: its name in a key (relative to the folder built) -> its path."""
+    return dict(sorted({_portable(f): f for f in [*ext.sources, *ext.depends]}.items()))
+
+
 def _contents(ext) -> dict[str, str]:
-    """sha256 of every source and header, by its path relative to the folder being built."""
-    files = sorted({_portable(f) for f in [*ext.sources, *ext.depends]})
-    return {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files}
+    """sha256 of every source and header, by its name in a key."""
+    return {
+        name: hashlib.sha256(Path(f).read_bytes()).hexdigest() for name, f in _files(ext).items()
+    }
 
 
 def _digest(value: object) -> str:
@@ -180,7 +186,7 @@ def _prune(folder: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _forget_edits_ninja_cannot_see(folder: Path, files: dict[str, str]) -> None:
+def _forget_edits_ninja_cannot_see(folder: Path, ext, contents: dict[str, str]) -> None:
     """ninja rebuilds what is older than its inputs. A file whose contents changed since the
     folder's last build but whose time stamp is older than that build (restored with its old
     time, unpacked from an archive) would be missed: start that folder afresh."""
@@ -188,8 +194,9 @@ def _forget_edits_ninja_cannot_see(folder: Path, files: dict[str, str]) -> None:
         last = json.loads((folder / "sources.json").read_text())
     except (OSError, ValueError):
         return
-    for name, digest in files.items():
-        if last["files"].get(name) != digest and os.stat(name).st_mtime_ns < last["started_ns"]:
+    for name, path in _files(ext).items():
+        changed = last["files"].get(name) != contents[name]
+        if changed and os.stat(path).st_mtime_ns < last["started_ns"]:
             say(f"{name} changed but is older than the last build: rebuilding every file")
             shutil.rmtree(folder, ignore_errors=True)
             return
@@ -268,12 +275,13 @@ class CachedBuildExtension(cpp_extension.BuildExtension):
                 )
                 return
             folder = root / "build" / build_folder_key(ext)
-            _forget_edits_ninja_cannot_see(folder, about["files"])
+            _forget_edits_ninja_cannot_see(folder, ext, about["files"])
             self.build_temp = str(folder)
             started = time.time_ns()
             self._compile(ext, target, cache=root)
             state = {"started_ns": started, "files": about["files"]}
             (folder / "sources.json").write_text(json.dumps(state, indent=1))
+            os.utime(folder)  # recently used: pruned last
             _copy(target, entry / target.name)
             (entry / "about.json").write_text(json.dumps(about, indent=1, sort_keys=True))
             say(f"{ext.name} stored in the build cache {entry}")
