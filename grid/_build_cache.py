@@ -220,9 +220,10 @@ def _run_ninja_with_progress(build_directory: str, verbose: bool, error_prefix: 
         command += ["-j", os.environ["MAX_JOBS"]]
     plan = subprocess.run([*command, "-n"], cwd=build_directory, capture_output=True, text=True)
     total = len(re.findall(r"^\[\d+/\d+\] ", plan.stdout, flags=re.MULTILINE))
-    if total == 0:
-        return
-    jobs = os.environ.get("MAX_JOBS") or f"{(os.cpu_count() or 1) + 2} (ninja's default)"
+    if plan.returncode == 0 and total == 0:
+        return  # every object is up to date
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    jobs = os.environ.get("MAX_JOBS") or f"{(cores or 1) + 2} (ninja's default)"
     files = "1 file" if total == 1 else f"{total} files"
     say(f"compiling {files}, {jobs} at a time, in {build_directory}")
     start = time.monotonic()
@@ -235,12 +236,14 @@ def _run_ninja_with_progress(build_directory: str, verbose: bool, error_prefix: 
         errors="replace",
     ) as ninja:
         assert ninja.stdout is not None
-        for line in ninja.stdout:
-            status = re.match(r"\[(\d+)/(\d+)\] (.*)", line)
-            if status:
-                done, of, what = status.groups()
-                say(f"[{done}/{of}] compiled {_compiled_file(what)} ({_elapsed(start)})")
-            else:
+        ended = None  # ninja's status line comes as a file ends; FAILED follows if it failed
+        for line in [*ninja.stdout, ""]:
+            if ended:
+                done, of, what = ended.groups()
+                verb = "failed:" if line.startswith("FAILED: ") else "compiled"
+                say(f"[{done}/{of}] {verb} {_compiled_file(what)} ({_elapsed(start)})")
+            ended = re.match(r"\[(\d+)/(\d+)\] (.*)", line)
+            if not ended:
                 sys.stderr.write(line)
                 sys.stderr.flush()
     if ninja.returncode != 0:
