@@ -203,3 +203,17 @@ def test_the_progress_line_names_the_source_of_torchs_compile_rule(tmp_path, mon
     assert _build_cache._compiled_file(command.replace(str(tmp_path), "/else")) == (
         "/else/csrc/ops.cpp"
     )
+
+
+def test_a_file_that_fails_says_so_and_nothing_is_stored(tmp_path):
+    project = _project(tmp_path / "tiny")
+    (project / "src" / "b.cpp").write_text("int b_value() { return oops; }\n")
+    env = {**os.environ, "GRID_BUILD_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+    built = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    assert built.returncode != 0
+    assert "grid: [1/2] failed: src/b.cpp" in built.stderr or (
+        "grid: [2/2] failed: src/b.cpp" in built.stderr
+    ), built.stderr[-3000:]
+    assert "error" in built.stderr and "oops" in built.stderr  # the compiler's own message
+    assert list((tmp_path / "cache" / "lib").iterdir()) == []
