@@ -260,6 +260,8 @@ class CachedBuildExtension(cpp_extension.BuildExtension):
             try:
                 for folder in ("lib", "build"):
                     (root / folder).mkdir(parents=True, exist_ok=True)
+                if not all(os.access(root / f, os.W_OK) for f in (".", "lib", "build")):
+                    raise PermissionError("not writable")
             except OSError as error:
                 say(f"build cache {root} cannot be written ({error}): building without it")
                 root = None
