@@ -39,6 +39,11 @@ def sources(with_cuda: bool) -> list[str]:
     return [str(f) for f in files]
 
 
+def native_files() -> list[str]:
+    """Every file of csrc/, headers included: what a build of grid._C depends on."""
+    return [str(f) for f in sorted(_CSRC.rglob("*")) if f.is_file()]
+
+
 # -fno-math-errno (as torch's own build): math functions need not set errno, so that loops
 # with a square root (csrc/cpu/masked_adam.cpp) vectorise; no result changes.
 # -ffp-contract=off: a point's cell is located in two places (csrc/cpu/corner_scatter.h routes

@@ -1,6 +1,8 @@
-"""The distribution `densegrid`: one version, the packages the wheel holds, the shipped configs,
-and (marked `packaging`, a few minutes) an sdist and a wheel built for real, the wheel
-installed into a new environment and `grid-train` run from outside the checkout."""
+"""The distribution `densegrid`: one version, the packages the wheel holds, the extras, the
+shipped configs, and (marked `packaging`) installs for real: an extra installed after the first
+install reuses the build (seconds), and an sdist and wheels built from it, the wheel installed
+into a new environment and `grid-train` run from outside the checkout (seconds when the build
+cache of grid/_build_cache.py holds grid._C, as after the README's install; minutes when not)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import site
 import subprocess
 import sys
 import tarfile
+import time
 import tomllib
+import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -21,6 +25,7 @@ import pytest
 import torch
 
 import grid
+from grid import _build_cache
 from train.__main__ import main
 from train.errors import InputFileError
 from train.shipped_configs import resolve, shipped_names
@@ -86,6 +91,14 @@ def test_torch_requirement_admits_the_supported_versions():
     assert torch_req == "torch>=2.11"  # the GPU machine runs 2.11, CI 2.13; no upper pin
 
 
+def test_the_all_extra_is_every_other_extra_and_test_has_them_all():
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    users = {name: set(reqs) for name, reqs in extras.items() if name not in ("all", "test")}
+    assert set(extras["all"]) == set().union(*users.values())
+    assert len(extras["all"]) == len(set(extras["all"]))
+    assert set(extras["test"]) >= set(extras["all"])
+
+
 # ---- shipped configs -----------------------------------------------------------------------
 
 
@@ -109,6 +122,42 @@ def test_an_unknown_config_lists_the_shipped_ones(tmp_path, monkeypatch, capsys)
     assert ", ".join(CONFIGS) in err
 
 
+# ---- installs for real --------------------------------------------------------------------
+
+
+def _editable_checkout() -> Path | None:
+    """The checkout this environment's densegrid is an editable install of, if it is one
+    (looked for in every place of the path: a checkout's own densegrid.egg-info, left by an
+    in-tree build, comes first and has no direct_url.json)."""
+    for dist in importlib.metadata.distributions(name=DIST):
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+        if info.get("dir_info", {}).get("editable"):
+            return Path(urllib.parse.unquote(urllib.parse.urlparse(info["url"]).path)).resolve()
+    return None
+
+
+@pytest.mark.packaging
+def test_an_extra_installed_after_the_first_install_reuses_the_build():
+    """The README's install, then `pip install -e '.[EXTRA]'` in the same environment: it copies
+    grid._C from the build cache, compiles nothing, and takes seconds (at most 30 on 2 cores),
+    where it compiled for minutes before."""
+    pytest.importorskip("pip")
+    if _editable_checkout() != ROOT:
+        pytest.skip(f"{DIST} here is no editable install of {ROOT} (the README's install)")
+    if _build_cache.cache_root() is None:
+        pytest.skip("GRID_BUILD_CACHE=0 turns the build cache off")
+    pip = [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "-e"]
+    # the first install: a cache hit where the README's install ran in this environment (CI),
+    # else the one compile of this machine
+    _run([*pip, str(ROOT)], cwd=ROOT)
+    start = time.monotonic()
+    again = _run([*pip, f"{ROOT}[train]"], cwd=ROOT, log=True)
+    seconds = time.monotonic() - start
+    assert "grid: grid._C reused from the build cache" in again, again[-3000:]
+    assert "] compiled " not in again and "compiling" not in again, again[-3000:]
+    assert seconds <= 30, f"installing an extra took {seconds:.1f} s"
+
+
 # ---- sdist and wheel, built and installed --------------------------------------------------
 
 IGNORED = (
@@ -125,10 +174,11 @@ IGNORED = (
 )
 
 
-def _run(command: list[str], cwd: Path, env: dict | None = None) -> str:
+def _run(command: list[str], cwd: Path, env: dict | None = None, log: bool = False) -> str:
+    """stdout; with `log`, stderr after it (where `pip -v` writes a build's lines)."""
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout
+    return result.stdout + result.stderr if log else result.stdout
 
 
 def _environment_with_this_torch(path: Path) -> Path:
@@ -167,6 +217,15 @@ def test_wheel_from_the_sdist_installs_and_grid_train_runs_elsewhere(tmp_path):
     wheel_args = ["wheel", "--no-build-isolation", "--no-deps", "--no-index", "-w", str(dist)]
     _run([*pip, *wheel_args, str(sdist)], cwd=tmp_path, env=env)
     (wheel,) = dist.glob("*.whl")
+    # a second wheel of the same sources (unpacked elsewhere): grid._C from the build cache
+    again = tmp_path / "again"
+    if _build_cache.cache_root() is not None:
+        command = [*pip, *wheel_args[:-1], str(again), "-v", str(sdist)]
+        log = _run(command, cwd=tmp_path, env=env, log=True)
+        assert "grid: grid._C reused from the build cache" in log and "] compiled " not in log
+        with zipfile.ZipFile(wheel) as first, zipfile.ZipFile(next(again.glob("*.whl"))) as second:
+            (library,) = [n for n in first.namelist() if n.startswith("grid/_C")]
+            assert first.read(library) == second.read(library)
 
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
