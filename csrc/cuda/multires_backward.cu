@@ -4,9 +4,10 @@
 // levels in registers (deterministic). Levels whose rows fit a block's shared memory (the
 // coarse ones, where thousands of points land on each row and global atomics on one address
 // serialise) are summed instead per block in shared memory by a second kernel, the level on
-// blockIdx.y, and added to the table gradient once per block. Under torch.use_deterministic_algorithms(True) the table
-// gradient comes instead from a sorted, atomic-free accumulation (index_put_ with accumulate),
-// which holds [N, L, 8] rows and [N, L, 8, F] contributions in memory.
+// blockIdx.y, and added to the table gradient once per block. Under
+// torch.use_deterministic_algorithms(True) the table gradient comes instead from a sorted,
+// atomic-free accumulation (index_put_ with accumulate), which holds [N, L, 8] rows and
+// [N, L, 8, F] contributions in memory.
 #include <ATen/Context.h>
 #include <torch/library.h>
 
@@ -44,8 +45,9 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
   const scalar_t* g = grad_out + n * levels.L * F;
   acc_t grad[3] = {0, 0, 0};
   for (int l = 0; l < levels.L; ++l) {
-    const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
     const bool table_here = kTable && !((shared_levels >> l) & 1u);
+    if (!kPoints && !table_here) continue;  // a shared level, and no points gradient asked
+    const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
     acc_t w[8], dot[8] = {};
     corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
     if constexpr (kVec) {
