@@ -266,6 +266,47 @@ def test_deterministic_mode_cuda():
     assert_close(grads[0], t.grad)
 
 
+# With T = 2^16 and F features, a level's float32 table-gradient rows fit the backward's
+# shared-memory budget (100 KB a block) where (R + 1)^3 F 4 B <= 102400: for F = 1 levels
+# 16, 22 and 28 do and 29 (27000 rows) does not; for F = 2 level 22 (97 KB) does and 23 not;
+# for F = 3 and 8 the coarse ones only. Level 39 is dense above every budget, 200 hashed.
+SHARED_T = 2**16
+SHARED_RESOLUTIONS = [1, 16, 22, 23, 28, 29, 39, 200]
+
+
+@needs_cuda
+@pytest.mark.parametrize("F", [1, 2, 3, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("spread", [1.0, 0.02], ids=["uniform", "concentrated"])
+def test_backward_shared_levels_cuda(F, dtype, spread):
+    """The table gradient where coarse levels are summed per block in shared memory and the
+    others with global atomics, levels just below and above that threshold: against the
+    reference in float32. "concentrated": every point in a box of 1 % of the grid, so each
+    coarse row gets thousands of contributions (200000 points on a few rows)."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    L, N = len(SHARED_RESOLUTIONS), 200_000
+    table = torch.randn(L, SHARED_T, F, device="cuda", generator=gen).to(dtype)
+    points = random_points((N,), "cuda", torch.float32, spread=spread, generator=gen) + 0.1
+    grad_out = torch.randn(N, L * F, device="cuda", generator=gen).to(dtype)
+    t = table.clone().requires_grad_()
+    grid.multires(t, points, SHARED_RESOLUTIONS).backward(grad_out)
+    # the reference in float32 (half tables would sum its rows in half precision)
+    w = table.float().requires_grad_()
+    reference.multires(w, points, SHARED_RESOLUTIONS).backward(grad_out.float())
+    want = w.grad.to(dtype).float()  # ours is summed in float32 and rounded once, as this
+    got = t.grad.float()
+    assert t.grad.dtype == dtype
+    # float32: rows of up to 2e5 terms (~1e2) summed in another order, errors ~1e-7 x terms;
+    # half: one rounding of the sum more (bfloat16: 2^-8 relative)
+    rtol = 1e-4 if dtype == torch.float32 else 1e-2
+    for level in range(L):
+        scale = want[level].abs().max().item()
+        assert scale > 0, level
+        assert_close(got[level], want[level], rtol=rtol, atol=1e-4 * scale)
+    if dtype == torch.float32:  # the rows no point touches stay exactly zero
+        assert torch.equal(got == 0, want == 0)
+
+
 # ---- bad input -------------------------------------------------------------------------
 
 BAD = [

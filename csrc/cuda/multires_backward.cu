@@ -1,12 +1,17 @@
 // CUDA backward of grid::multires. One thread per point walks every level, as the forward: it
 // scatters w_k * grad_out into the table gradient with atomics (float32 accumulation for
 // float16 / bfloat16 tables, rounded once at the end) and sums its point gradient over the
-// levels in registers (deterministic). Under torch.use_deterministic_algorithms(True) the table
-// gradient comes instead from a sorted, atomic-free accumulation (index_put_ with accumulate),
-// which holds [N, L, 8] rows and [N, L, 8, F] contributions in memory.
+// levels in registers (deterministic). Levels whose rows fit a block's shared memory (the
+// coarse ones, where thousands of points land on each row and global atomics on one address
+// serialise) are summed instead per block in shared memory by a second kernel, the level on
+// blockIdx.y, and added to the table gradient once per block. Under
+// torch.use_deterministic_algorithms(True) the table gradient comes instead from a sorted,
+// atomic-free accumulation (index_put_ with accumulate), which holds [N, L, 8] rows and
+// [N, L, 8, F] contributions in memory.
 #include <ATen/Context.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <tuple>
 
@@ -29,7 +34,8 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
     const point_t* __restrict__ points,     // [N, 3]
     acc_type<scalar_t>* __restrict__ grad_table,  // [L, T, F] zeroed, accumulation dtype
     point_t* __restrict__ grad_points,            // [N, 3]
-    MultiresLevels levels, int64_t N) {
+    MultiresLevels levels, uint32_t shared_levels, int64_t N) {
+  // shared_levels: bit l set where multires_backward_shared_kernel adds level l's gradient
   using acc_t = acc_type<scalar_t>;
   const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (n >= N) return;
@@ -39,6 +45,8 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
   const scalar_t* g = grad_out + n * levels.L * F;
   acc_t grad[3] = {0, 0, 0};
   for (int l = 0; l < levels.L; ++l) {
+    const bool table_here = kTable && !((shared_levels >> l) & 1u);
+    if (!kPoints && !table_here) continue;  // a shared level, and no points gradient asked
     const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
     acc_t w[8], dot[8] = {};
     corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
@@ -50,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const int64_t off = multires_row_offset(levels, l, cell.row[k], kF);
-        if constexpr (kTable) {
+        if (table_here) {
           acc_t add[kF];
 #pragma unroll
           for (int f = 0; f < kF; ++f) add[f] = w[k] * gf[f];
@@ -69,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int64_t off = multires_row_offset(levels, l, cell.row[k], F) + f;
-          if constexpr (kTable) atomicAdd(grad_table + off, w[k] * gf);
+          if (table_here) atomicAdd(grad_table + off, w[k] * gf);
           if constexpr (kPoints) dot[k] += gf * to_acc(table[off]);
         }
       }
@@ -86,6 +94,98 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
   if constexpr (kPoints)
 #pragma unroll
     for (int a = 0; a < 3; ++a) grad_points[3 * n + a] = static_cast<point_t>(grad[a]);
+}
+
+// The levels summed in shared memory: level[i] has rows[i] table rows (its possible row
+// indices: (R + 1)^3 dense, T hashed).
+struct MultiresSharedLevels {
+  int32_t count;
+  int32_t level[kMultiresMaxLevels];
+  int32_t rows[kMultiresMaxLevels];
+};
+
+// Shared memory a level's row sums may take in one block: two blocks per SM on sm_90 (228 KB
+// an SM, 1 KB of it reserved per block), so level 1 of instant-ngp's NeRF levels (23^3 rows x
+// F = 2 x 4 B = 97 KB) fits. Capped by the device's opt-in limit at launch.
+constexpr int64_t kMultiresSharedBytes = 100 * 1024;
+
+// Table gradient of the shared levels: block (x, y) zeroes a [rows, F] sum of level
+// shared.level[y] in shared memory, adds the contributions of points x, x + gridDim.x
+// blockDim.x, ... with shared atomics, then adds its nonzero sums to grad_table with one global
+// atomic each. Every thread reaches both __syncthreads (no early return).
+template <typename scalar_t, typename point_t, int kF, bool kVec>
+__global__ void __launch_bounds__(kThreads) multires_backward_shared_kernel(
+    const scalar_t* __restrict__ grad_out,        // [N, L F]
+    const point_t* __restrict__ points,           // [N, 3]
+    acc_type<scalar_t>* __restrict__ grad_table,  // [L, T, F] accumulation dtype
+    MultiresLevels levels, MultiresSharedLevels shared, int64_t N) {
+  using acc_t = acc_type<scalar_t>;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  acc_t* sums = reinterpret_cast<acc_t*>(shared_bytes);  // [rows, F]
+  const int l = shared.level[blockIdx.y];
+  const int F = multires_features<kF>(levels);
+  const int32_t count = shared.rows[blockIdx.y] * F;  // <= kMultiresSharedBytes / 4
+  for (int32_t i = threadIdx.x; i < count; i += blockDim.x) sums[i] = acc_t(0);
+  __syncthreads();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < N; n += stride) {
+    acc_t p[3];
+    multires_load_point(points, n, p);
+    const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
+    acc_t w[8];
+    corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
+    const scalar_t* g = grad_out + (n * levels.L + l) * F;
+    if constexpr (kVec) {
+      const Vec<scalar_t, kF> grow = load_vec<scalar_t, kF>(g);
+#pragma unroll
+      for (int f = 0; f < kF; ++f) {
+        const acc_t gf = to_acc(grow.v[f]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) atomicAdd(sums + cell.row[k] * F + f, w[k] * gf);
+      }
+    } else {
+      for (int f = 0; f < F; ++f) {
+        const acc_t gf = to_acc(g[f]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) atomicAdd(sums + cell.row[k] * F + f, w[k] * gf);
+      }
+    }
+  }
+  __syncthreads();
+  acc_t* out = grad_table + multires_row_offset(levels, l, 0, F);
+  for (int32_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const acc_t v = sums[i];
+    if (v != acc_t(0)) atomicAdd(out + i, v);  // rows no point of this block touched stay out
+  }
+}
+
+// The levels whose [rows, F] sums fit `budget` bytes of shared memory, and the most bytes any
+// of them takes.
+MultiresSharedLevels multires_shared_levels(const MultiresLevels& levels, int64_t acc_bytes,
+                                            int64_t budget, int64_t* max_bytes) {
+  MultiresSharedLevels shared{};
+  *max_bytes = 0;
+  for (int l = 0; l < levels.L; ++l) {
+    const int64_t side = int64_t(levels.resolution[l]) + 1;
+    const int64_t rows = levels.dense[l] ? side * side * side : int64_t(levels.T);
+    const int64_t bytes = rows * levels.F * acc_bytes;
+    if (bytes > budget) continue;
+    shared.level[shared.count] = l;
+    shared.rows[shared.count] = static_cast<int32_t>(rows);
+    ++shared.count;
+    *max_bytes = std::max(*max_bytes, bytes);
+  }
+  return shared;
+}
+
+// Blocks per shared level: about one point per row in each block (so that a block's flush,
+// `rows` atomics, is small beside its points' 8 shared atomics each), at least one per SM, at
+// most one per kThreads points.
+unsigned multires_shared_blocks(int64_t N, const MultiresSharedLevels& shared, int sms) {
+  int32_t rows = kThreads;
+  for (int i = 0; i < shared.count; ++i) rows = std::max(rows, shared.rows[i]);
+  const int64_t wanted = std::max<int64_t>((N + rows - 1) / rows, sms);
+  return static_cast<unsigned>(std::min<int64_t>(wanted, one_pass_blocks(N)));
 }
 
 // For the deterministic path: each (point, level, corner)'s flat table row l T + row and its
@@ -169,7 +269,48 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (want_table)  // all-zero bits are 0.0 in float32 and float64
     C10_CUDA_CHECK(cudaMemsetAsync(grad_acc.data_ptr(), 0, grad_acc.nbytes(), stream));
-  if (N > 0 && (want_table || want_points)) {
+  // Coarse levels' table gradient summed per block in shared memory (the atomic path only).
+  int64_t shared_bytes = 0, budget = 0;
+  MultiresSharedLevels shared{};
+  if (want_table && N > 0) {
+    int device = 0, optin = 0, sms = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    budget = std::min<int64_t>(kMultiresSharedBytes, optin);
+    shared = multires_shared_levels(levels, at::elementSize(acc_dtype), budget, &shared_bytes);
+    if (shared.count > 0) {
+      dispatch_dtypes(table.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
+        using scalar_t = typename decltype(s)::type;
+        using point_t = typename decltype(p)::type;
+        using acc_t = acc_type<scalar_t>;
+        dispatch_multires_f(levels.F, [&](auto f) {
+          constexpr int kF = decltype(f)::value;
+          const bool vector = multires_rows_aligned<scalar_t, kF>({grad_out.data_ptr()});
+          dispatch_bool(vector, [&](auto kv) {
+            constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
+            const auto kernel = multires_backward_shared_kernel<scalar_t, point_t, kF, kVec>;
+            // above 48 KB a block's dynamic shared memory is opt-in; always the same value, so
+            // that calls from other host threads never lower it under one another's launch
+            C10_CUDA_CHECK(cudaFuncSetAttribute(
+                kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(budget)));
+            const dim3 blocks(multires_shared_blocks(N, shared, sms),
+                              static_cast<unsigned>(shared.count));
+            kernel<<<blocks, kThreads, shared_bytes, stream>>>(
+                grad_out.data_ptr<scalar_t>(), points.data_ptr<point_t>(),
+                grad_acc.data_ptr<acc_t>(), levels, shared, N);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          });
+        });
+      });
+    }
+  }
+  uint32_t shared_mask = 0;
+  for (int i = 0; i < shared.count; ++i) shared_mask |= 1u << shared.level[i];
+  // the per-point kernel: the points gradient, and the table gradient of the other levels
+  const bool table_left = want_table && shared.count < levels.L;
+  if (N > 0 && (table_left || want_points)) {
     dispatch_dtypes(table.scalar_type(), points.scalar_type(), [&](auto s, auto p) {
       using scalar_t = typename decltype(s)::type;
       using point_t = typename decltype(p)::type;
@@ -180,13 +321,14 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
             multires_rows_aligned<scalar_t, kF>({table.data_ptr(), grad_out.data_ptr()});
         dispatch_bool(vector, [&](auto kv) {
           constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
-          dispatch_mask(want_table, want_points, [&](auto kt, auto kp) {
+          dispatch_mask(table_left, want_points, [&](auto kt, auto kp) {
             multires_backward_kernel<scalar_t, point_t, kF, kVec, decltype(kt)::value,
                                      decltype(kp)::value>
                 <<<one_pass_blocks(N), kThreads, 0, stream>>>(
                     grad_out.data_ptr<scalar_t>(), table.data_ptr<scalar_t>(),
-                    points.data_ptr<point_t>(), want_table ? grad_acc.data_ptr<acc_t>() : nullptr,
-                    want_points ? grad_points.data_ptr<point_t>() : nullptr, levels, N);
+                    points.data_ptr<point_t>(), table_left ? grad_acc.data_ptr<acc_t>() : nullptr,
+                    want_points ? grad_points.data_ptr<point_t>() : nullptr, levels, shared_mask,
+                    N);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
           });
         });
