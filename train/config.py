@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import time
 import tomllib
 import types
 import typing
@@ -37,6 +38,8 @@ from .schema import (
     toml_value,
     triple,
 )
+
+LOADED = time.perf_counter()  # torch is imported: train/loop.py's phase "import_torch" ends here
 
 # ---- schema -----------------------------------------------------------------------------
 # The `doc` strings feed docs/config.md's reference table (see `reference_table`).

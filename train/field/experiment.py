@@ -16,6 +16,7 @@ from torch import Tensor
 from grid.voxel_grid import VoxelGrid
 
 from ..distributed import SINGLE, World
+from ..experiment import Experiment
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import psnr
 from ..schema import as_resolution
@@ -74,7 +75,7 @@ def evaluate(model: VoxelGrid, points: Tensor, values: Tensor, world: World = SI
     return world.all_sum(torch.tensor(total, dtype=torch.float64, device=points.device)).item() / n
 
 
-class FieldExperiment(GridSchedule):
+class FieldExperiment(GridSchedule, Experiment):
     """Fit a one-channel VoxelGrid to `config.target` (see the module docstring)."""
 
     unit = "points"
