@@ -71,9 +71,10 @@ class DivergenceWatch:
         """After a step's backward (capturable: in-place device ops, no read-back).
         loss, value: the step's loss and batch value, []; terms: `names`' values, []."""
         self.steps.add_(1)
-        # a sum is non-finite iff a value is (or they overflow: diverging as well)
-        sums = [g.sum() for g in grads if g is not None]
-        grad = torch.stack(sums).sum() if sums else torch.zeros((), device=loss.device)
+        # the largest |value|: NaN or infinite iff a value is (one fused pass, no overflow)
+        present = [g for g in grads if g is not None]
+        largest = torch._foreach_norm(present, math.inf) if present else []
+        grad = torch.stack(largest).amax() if largest else torch.zeros((), device=loss.device)
         values = torch.stack([loss.detach().float(), grad.float(), *(t.float() for t in terms)])
         bad = ~torch.isfinite(values)
         new = bad.any() & (self.first == 0)
@@ -117,7 +118,8 @@ class DivergenceWatch:
         loss, grad, *terms = self.found.tolist()
         named = [name for name, bad in zip(self.names, terms, strict=True) if bad]
         if loss and named:
-            return f"the loss (its {' and '.join(named)} term{'s' if len(named) > 1 else ''})"
+            listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+            return f"the loss (its {listed} term{'s' if len(named) > 1 else ''})"
         if loss:
             return "the loss"
         return "a gradient (the loss was finite)" if grad else "the loss"

@@ -431,6 +431,8 @@ class _Training:
             * self.trained.train.batch_size
             / max(self.train_seconds, 1e-9),
         }
+        best, best_at = float(self.watch.best), int(self.watch.best_at) + self.first_step
+        self.growth.check(train_value, step, best, best_at)  # also without a progress bar
         world.on_main(partial(self.log.write, record))
         if self.board is not None:  # rank 0 alone has one
             self.board.write(record, exp.tensorboard_images())
