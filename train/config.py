@@ -321,7 +321,8 @@ def load_config(
     config = _build(Config, raw, "")
     set_keys = {".".join(parse_override(text)[0]) for text in overrides}
     planned = planned if isinstance(planned, int) else TrainConfig.steps
-    tables = {name: SECTIONS[name] for name in EXPERIMENT_SECTIONS[config.experiment]}
+    reads = EXPERIMENT_SECTIONS.get(config.experiment, ())  # an unknown one: `validate` says so
+    tables = {name: SECTIONS[name] for name in reads}
     scaled = fit_schedule(config, planned, set_keys, tables)
     if scaled and os.environ.get("RANK", "0") == "0":  # under torchrun: once
         print(scaled, file=sys.stderr)
