@@ -105,13 +105,19 @@ class DivergenceWatch:
     ) -> None:
         """At a synchronised `step` (every rank): raise Diverged if any rank's flags are set,
         or a parameter is not finite after the last optimiser step (a finite gradient's
-        update can overflow it)."""
+        update can overflow it). Every rank raises the same error here: it is agreed (rank
+        0 alone prints it)."""
         finite = parameters_finite(parameters)
         first, broken = world.max_([int(self.first), int(not finite)])
-        if first:
-            self.stop(first, first_step, learning_rate)
-        if broken:
-            raise Diverged(step, "a parameter after the optimiser's step", learning_rate(step - 1))
+        try:
+            if first:
+                self.stop(first, first_step, learning_rate)
+            if broken:
+                what = "a parameter after the optimiser's step"
+                raise Diverged(step, what, learning_rate(step - 1))
+        except Diverged as error:
+            error.agreed = True  # type: ignore[attr-defined]  (train.distributed.is_agreed)
+            raise
 
     def what(self) -> str:
         """What went non-finite at the first such step (reads the flags back)."""
