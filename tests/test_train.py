@@ -161,6 +161,14 @@ def test_tiny_run_writes_the_run_directory(tmp_path, capsys):
     assert phases["train"] == pytest.approx(summary["train_seconds"])
     assert sum(phases[k] for k in keys + ["files", "pictures"]) <= phases["total"] * 1.01
     assert "phases: start_up" in capsys.readouterr().err
+    # and their parts: the imports, the experiment's set-up, evaluations and checkpoints
+    parts = summary["phase_parts"]
+    assert list(parts["start_up"]) == ["import_torch", "import_grid"]
+    assert sum(parts["start_up"].values()) <= phases["start_up"]
+    assert 0 < parts["setup"]["experiment"] <= phases["setup"]
+    inner = parts["evaluations_and_checkpoints"]
+    assert 0 < inner["evaluations"] and 0 < inner["checkpoints"]
+    assert sum(inner.values()) <= phases["evaluations_and_checkpoints"] * 1.01
     # --overwrite deletes RUN_FILES: it must list everything a run writes.
     written = {p.name for p in out.iterdir()}
     assert written <= set(RUN_FILES), written - set(RUN_FILES)
@@ -175,6 +183,22 @@ def without_timing(out: Path) -> list[dict]:
     for r in records:
         del r["seconds"], r["points_per_second"]
     return records
+
+
+def test_progress_in_a_log_is_a_plain_line_every_few_percent(tmp_path, capsys):
+    """stderr is not a terminal here (captured): no carriage returns, a line per step
+    the bar reads (every 10 steps) once 5% more of the run is done, the bar's numbers."""
+    args = sets(*TINY, "train.steps=100", "output.progress=true")
+    assert main(["--out", str(tmp_path / "run"), *args]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err
+    lines = [line for line in captured.err.splitlines() if ": step " in line]
+    assert [line.split(": step ")[1].split()[0] for line in lines] == [
+        f"{n}/100" for n in range(10, 101, 10)
+    ]
+    assert all(" loss " in line and " psnr " in line and " pts_s " in line for line in lines)
+    assert lines[0].startswith("density 8x8x8: step 10/100 (10%)")
+    assert "step      8  held-out mse" in captured.out  # the evaluations' lines as before
 
 
 # 16: exactly at the upsample step; 20: the checkpoint holds the upsampled grid, which the

@@ -16,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
+import sys
+import time
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,10 @@ from .schema import (
     toml_value,
     triple,
 )
+from .short_runs import fit_schedule
+from .toml_types import coerce, describe_type, toml_type_name
+
+LOADED = time.perf_counter()  # torch is imported: train/loop.py's phase "import_torch" ends here
 
 # ---- schema -----------------------------------------------------------------------------
 # The `doc` strings feed docs/config.md's reference table (see `reference_table`).
@@ -76,6 +82,7 @@ class GridConfig:
 
 @dataclass
 class TrainConfig:
+    STEP_KEYS = ("upsample_steps",)  # counted in steps: `fit_schedule` scales them
     steps: int = doc("Optimisation steps.", 800)
     batch_size: int = doc("Points (field), surface points (sdf) or rays (nerf) per step.", 65536)
     lr: float = doc("field, sdf: Adam learning rate at step 0.", 0.05)
@@ -131,6 +138,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
+    STEP_KEYS = ("every",)
     every: int = doc(
         "Evaluate (held-out points, or nerf: test views) every this many steps and at the end.",
         100,
@@ -162,6 +170,7 @@ class EvalConfig:
 
 @dataclass
 class OutputConfig:
+    STEP_KEYS = ("checkpoint_every",)
     checkpoint_every: int = doc(
         "Write the checkpoint every this many steps (0: only at the end).", 1000
     )
@@ -226,47 +235,6 @@ Config = dataclasses.make_dataclass(
 Config.__module__ = __name__
 
 
-# ---- types --------------------------------------------------------------------------------
-
-
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"a list of ({_describe(typing.get_args(tp)[0])})"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[tp]
-
-
-def _coerce(value: Any, tp: Any) -> Any:
-    """Return `value` as type `tp` (ints accepted for floats) or raise TypeError."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(tp):
-            try:
-                return _coerce(value, option)
-            except TypeError:
-                pass
-        raise TypeError
-    if origin is list:
-        if not isinstance(value, list):
-            raise TypeError
-        (item,) = typing.get_args(tp)
-        return [_coerce(v, item) for v in value]
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if tp is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if tp in (str, bool) and isinstance(value, tp):
-        return value
-    raise TypeError
-
-
-def _toml_type_name(value: Any) -> str:
-    names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
-    return names.get(type(value), "table" if isinstance(value, dict) else type(value).__name__)
-
-
 # ---- reading --------------------------------------------------------------------------------
 
 
@@ -300,15 +268,15 @@ def _build(section_cls: type, raw: dict, prefix: str) -> Any:
             raise _unknown(dotted, known)
         if section_cls is Config and key in SECTIONS:
             if not isinstance(value, dict):
-                raise ConfigError(f"{dotted}: expected a table, got {_toml_type_name(value)}")
+                raise ConfigError(f"{dotted}: expected a table, got {toml_type_name(value)}")
             values[key] = _build(SECTIONS[key], value, f"{dotted}.")
             continue
         try:
-            values[key] = _coerce(value, hints[key])
+            values[key] = coerce(value, hints[key])
         except TypeError:
             raise ConfigError(
-                f"{dotted}: expected {_describe(hints[key])}, got {value!r} "
-                f"({_toml_type_name(value)})"
+                f"{dotted}: expected {describe_type(hints[key])}, got {value!r} "
+                f"({toml_type_name(value)})"
             ) from None
     return section_cls(**values)
 
@@ -329,6 +297,8 @@ def load_config(
     raw: dict = {} if base is None else json.loads(json.dumps(base))
     if path is not None:
         raw = read_input(path, _read_toml, "TOML config", key="--config")
+    train = raw.get("train")
+    planned = train.get("steps") if isinstance(train, dict) else None  # before the overrides
     # The keys written in each kinded table ([target], [points]): a kind must read them all.
     explicit = {t: set(raw[t]) if isinstance(raw.get(t), dict) else set() for t in KINDED}
     overridden: dict[str, set[str]] = {t: set() for t in KINDED}
@@ -349,6 +319,13 @@ def load_config(
             overridden[table].add(keys[1])
             explicit[table].add(keys[1])
     config = _build(Config, raw, "")
+    set_keys = {".".join(parse_override(text)[0]) for text in overrides}
+    planned = planned if isinstance(planned, int) else TrainConfig.steps
+    reads = EXPERIMENT_SECTIONS.get(config.experiment, ())  # an unknown one: `validate` says so
+    tables = {name: SECTIONS[name] for name in reads}
+    scaled = fit_schedule(config, planned, set_keys, tables)
+    if scaled and os.environ.get("RANK", "0") == "0":  # under torchrun: once
+        print(scaled, file=sys.stderr)
     sections = {k for k, v in raw.items() if k in SECTIONS and isinstance(v, dict) and v}
     validate(config, explicit, sections)
     return config

@@ -1,8 +1,8 @@
 """Learning rate and coarse-to-fine upsampling of one `VoxelGrid` trained by Adam.
 
 Shared by the experiments that train a single grid against points drawn in its box:
-`GridSchedule` provides the `learning_rate`, `begin_step`
-and `upsample` methods of `train.loop.Experiment` from the `[train]` table.
+`GridSchedule` provides the `learning_rate`, `begin_step`, `upsample` and `fit_optimizer`
+hooks of `train.experiment.Experiment` from the `[train]` table.
 """
 
 from __future__ import annotations
@@ -80,10 +80,10 @@ class GridSchedule:
     model: VoxelGrid
     optimizer: torch.optim.Adam
 
+    graphed: bool  # steps captured as CUDA graphs (`Experiment.graphed`)
+
     def learning_rate(self, step: int) -> float:
         return learning_rate(self.config, step)
-
-    graphed: bool = False  # steps captured as CUDA graphs (set by train/step_graph.py)
 
     def fit_optimizer(self) -> None:
         """After a checkpoint's optimiser state is loaded: Adam as this step mode makes it."""

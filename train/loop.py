@@ -2,7 +2,13 @@
 
 What differs between experiments (the batch, the loss, the evaluation, the pictures) lives
 in one package per experiment (`train/<name>/`, found through `train.experiments`), whose
-class has the methods of `Experiment`. This file holds only what they share.
+class subclasses `train.experiment.Experiment` (every hook the loop calls, declared there).
+This file holds only what they share: `_Training` runs a run in phases (set-up, resume,
+the run directory, the steps with their evaluation and checkpoint cadences, the finish).
+
+A run stops at the first non-finite loss or gradient (`Diverged`, train/divergence.py),
+before it evaluates or writes a checkpoint; the checkpoint on disk is the last finite one.
+summary.json's "phases" say where the command's seconds went, and are printed at the end.
 
 Run directory layout (all written by `run`; `rundir.RUN_FILES` lists them, and a new
 run refuses a directory holding them unless told to resume or overwrite it):
@@ -20,19 +26,15 @@ run refuses a directory holding them unless told to resume or overwrite it):
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
-from torch import Tensor, nn
-from tqdm import tqdm
-
-import grid
+from torch import nn
 
 from . import distributed, experiments, memory, step_graph
 from .checkpoint import (
@@ -44,73 +46,19 @@ from .checkpoint import (
 )
 from .config import Config, as_resolution, to_dict, to_toml
 from .dependencies import check_dependencies
+from .devices import describe_device, device_option, select_device, sync  # noqa: F401
 from .distributed import World
+from .divergence import Diverged, DivergenceWatch, GrowthWarning
 from .errors import ConfigError, OutputFileError, writing
+from .experiment import Experiment
 from .interrupt import Interrupted, StopCheck, StopSignals
 from .metrics import LaggedValues, MetricsLog
+from .progress_bar import progress_bar
+from .results import grid_ops, write_results
 from .rundir import check_run_dir, prepare_run_dir
-from .tensorboard import experiment_images, open_log
+from .tensorboard import open_log
 
 RATE_LABELS = {"points": "pts"}  # progress-bar names of the batch units
-
-
-class Experiment(Protocol):
-    """What an experiment's class provides to `run` (`train/<name>/experiment.py`)."""
-
-    label: str  # progress-bar prefix
-    unit: str  # what the batch counts ("points", "rays"): metrics key `<unit>_per_second`
-    eval_name: str  # what evaluate() measures on, for the log line
-    train_metric: str  # metrics key of the batch value's mean ("train_mse", "train_loss")
-    model: nn.Module  # has .resolution and state_dict(); saved in the checkpoint
-    optimizer: torch.optim.Optimizer
-
-    def learning_rate(self, step: int) -> float: ...  # reported in metrics.jsonl
-    def begin_step(self, step: int) -> None: ...  # learning rates, maintenance
-    def upsample(self, resolution: tuple[int, int, int]) -> None: ...
-    def loss(self) -> tuple[Tensor, Tensor]: ...  # (loss, batch value), draws the batch
-    def progress(self, value: float) -> dict[str, str]: ...  # progress-bar numbers
-    def evaluate(self, train_seconds: float) -> dict[str, Any]: ...  # mse, psnr, ...
-    def eval_line(self, quality: dict[str, Any]) -> str: ...  # evaluate()'s log line
-    def state_dict(self) -> dict[str, Any]: ...  # extra checkpoint state
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-    def summary(self, common: dict[str, Any]) -> dict[str, Any]: ...
-    def write_files(self, out: Path, summary: dict) -> None: ...  # results besides pictures
-    def write_pictures(self, out: Path, records: list[dict], summary: dict) -> None: ...
-
-    # optional: tensorboard_images() -> {name: [H, W, 3] in [0, 1]} of the last evaluation,
-    # written with each metrics record under output.tensorboard (train/tensorboard.py)
-
-
-def select_device(name: str) -> torch.device:
-    """ "auto" -> CUDA when available, else CPU; "cpu" / "cuda" as given."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def device_option(name: str, option: str = "--device") -> torch.device:
-    """A command line's device: auto / cpu / cuda[:N] (`select_device`); ConfigError naming
-    `option` for anything else, or for cuda on a machine without it."""
-    try:
-        device = select_device(name)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"{option}: expected auto, cpu or cuda, got {name!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{option}: cuda, but this machine has no CUDA device (use cpu)")
-    return device
-
-
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({torch.get_num_threads()} threads)"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def make_experiment(
@@ -185,11 +133,18 @@ def run(
         Interrupted: a signal stopped the run; its checkpoint is written.
         OutputFileError: a run file could not be written; the previous checkpoint is intact.
         OutOfMemory: the device ran out of memory; the last checkpoint is intact.
+        Diverged: the loss or a gradient went non-finite; the last checkpoint (finite) is
+            intact.
     """
     progress = Progress()
     with StopSignals() as signals:
         try:
-            return _train(config, Path(out_dir), resume, overwrite, stop_at, signals, progress)
+            training = _Training(config, Path(out_dir), resume, overwrite, signals, progress)
+            return training.run(stop_at)
+        except Diverged as error:
+            if progress.model is not None:
+                error.add_hint(progress.left("lower the learning rate"))
+            raise
         except OutputFileError as error:
             error.add_hint(progress.left(error.fix))
             raise
@@ -206,258 +161,335 @@ def run(
             ) from None
 
 
-def _train(
-    c: Config,
-    out: Path,
-    resume: bool,
-    overwrite: bool,
-    stop_at: int | None,
-    signals: StopSignals,
-    progress: Progress,
-) -> dict[str, Any] | None:
-    """`run`'s work, with `signals` installed; keeps `progress` up to date."""
-    from . import STARTED
+class _Training:
+    """One call of `run`, in phases: `set_up` (every rank reads its inputs and builds the
+    experiment), `resume` (the checkpoint's counters), `open_run_dir` (rank 0 writes it),
+    `train` (the steps, with `after_step`'s evaluation and checkpoint cadences) and
+    `finish` (summary, files, pictures). The counters a checkpoint saves are attributes."""
 
-    phases = {"start_up": time.perf_counter() - STARTED}  # summary.json's "phases", seconds
-    world = distributed.world()
-    schedule = dict(zip(c.train.upsample_steps, c.train.upsample_resolutions, strict=True))
-    log = MetricsLog(out / "metrics.jsonl")
-    step, seconds, train_seconds = 0, 0.0, 0.0
-    loss_count = 0
-    # Every rank reads the inputs and builds the experiment; an error on any rank stops
-    # all of them here, before rank 0 writes anything.
-    error = None
-    try:
-        check_dependencies(c)
-        if c.eval.seconds and world.size > 1:  # each rank's clock would decide alone
-            raise ConfigError("eval.seconds: not under torchrun (one process only)")
-        check_run_dir(out, resume=resume, overwrite=overwrite)
-        device = progress.device = world.device(select_device(c.device))
-        trained = distributed.scaled_config(c, world)  # train.scaling; c is what is written
-        world.check_batch(trained.train.batch_size, experiments.specs()[c.experiment].unit)
-        memory.check_memory(trained, device)  # before anything is allocated
-        gen = torch.Generator(device=device).manual_seed(c.seed)
-        checkpoint = load_checkpoint(out, c.experiment) if resume else None
-        resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
-        exp = make_experiment(trained, device, gen, resolution, world)  # reads its input files
-        model = progress.model = exp.model
-        if checkpoint is not None:
-            load_state(out, checkpoint, exp, gen)
-            if hasattr(exp, "fit_optimizer"):  # either step mode resumes any checkpoint
-                exp.fit_optimizer()
-    except ConfigError as caught:
-        if distributed.is_agreed(caught):
-            raise
-        error = caught
-    world.agree(error)
-    phases["setup"] = time.perf_counter() - STARTED - phases["start_up"]
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    if checkpoint is not None:
-        step, seconds = checkpoint["step"], checkpoint["seconds"]
-        train_seconds = checkpoint["train_seconds"]
-        loss_sum = checkpoint["loss_sum"].to(device)
-        loss_count = checkpoint["loss_count"]
-        progress.step = progress.saved = step
-    # Ranks start identical (same seed, same checkpoint); rank 0's copy makes sure.
-    world.broadcast_(list(model.parameters()))
+    def __init__(
+        self,
+        c: Config,
+        out: Path,
+        resume: bool,
+        overwrite: bool,
+        signals: StopSignals,
+        progress: Progress,
+    ) -> None:
+        self.c, self.out, self.resuming, self.overwrite = c, out, resume, overwrite
+        self.signals, self.progress = signals, progress
+        self.world = distributed.world()
+        self.schedule = dict(zip(c.train.upsample_steps, c.train.upsample_resolutions, strict=True))
+        self.log = MetricsLog(out / "metrics.jsonl")
+        self.step, self.seconds, self.train_seconds, self.loss_count = 0, 0.0, 0.0, 0
+        self.checkpoint: dict[str, Any] | None = None
+        self.board = None
+        self.graphed: step_graph.GraphedStep | None = None
+        # summary.json's "phases" (seconds, adding up to "total") and their parts
+        self.phases: dict[str, float] = {}
+        self.parts: dict[str, dict[str, float]] = {}
 
-    # Only now that every rank has read its input files: a failure leaves the old run
-    # intact. Rank 0 alone writes the run directory.
-    error, board = None, None
-    if world.is_main:
+    def run(self, stop_at: int | None) -> dict[str, Any] | None:
+        from . import STARTED
+        from .config import LOADED
+
+        start = time.perf_counter()
+        import grid  # noqa: F401  (the native extension loads here, timed)
+
+        self.parts["start_up"] = {
+            "import_torch": LOADED - STARTED,
+            "import_grid": time.perf_counter() - start,
+        }
+        self.phases["start_up"] = time.perf_counter() - STARTED
+        self.set_up()
+        self.phases["setup"] = time.perf_counter() - STARTED - self.phases["start_up"]
+        self.resume()
+        self.open_run_dir()
+        self.progress.started = True
+        if not self.train(stop_at):
+            return None
+        return self.finish()
+
+    # ---- set-up -----------------------------------------------------------------------------
+
+    def set_up(self) -> None:
+        """Every rank reads the inputs and builds the experiment; an error on any rank stops
+        all of them here, before rank 0 writes anything."""
+        c, world, progress = self.c, self.world, self.progress
+        error = None
         try:
-            prepare_run_dir(out, resume=resume, overwrite=overwrite)
-            progress.started = True
+            check_dependencies(c)
+            if c.eval.seconds and world.size > 1:  # each rank's clock would decide alone
+                raise ConfigError("eval.seconds: not under torchrun (one process only)")
+            check_run_dir(self.out, resume=self.resuming, overwrite=self.overwrite)
+            device = self.device = progress.device = world.device(select_device(c.device))
+            self.trained = distributed.scaled_config(c, world)  # c is what is written
+            world.check_batch(self.trained.train.batch_size, experiments.specs()[c.experiment].unit)
+            memory.check_memory(self.trained, device)  # before anything is allocated
+            self.gen = torch.Generator(device=device).manual_seed(c.seed)
+            checkpoint = self.checkpoint = (
+                load_checkpoint(self.out, c.experiment) if self.resuming else None
+            )
+            resolution = tuple(checkpoint["resolution"]) if checkpoint is not None else None
+            start = time.perf_counter()
+            self.exp = make_experiment(self.trained, device, self.gen, resolution, world)
+            self.parts["setup"] = {"experiment": time.perf_counter() - start}  # data, model
+            self.model = progress.model = self.exp.model
             if checkpoint is not None:
-                log.truncate_after(step)
-            else:
-                log.reset()
-            path = out / "config.toml"
-            with writing(path, remove=path):
-                path.write_text(to_toml(c))
-            board = open_log(out, c.output.tensorboard, step if checkpoint is not None else None)
+                load_state(self.out, checkpoint, self.exp, self.gen)
+                self.exp.fit_optimizer()  # either step mode resumes any checkpoint
         except ConfigError as caught:
+            if distributed.is_agreed(caught):
+                raise
             error = caught
-    world.agree(error)
-    progress.started = True
+        world.agree(error)
 
-    def state() -> dict[str, Any]:
-        extra = exp.state_dict()
+    def resume(self) -> None:
+        """The checkpoint's counters; every rank starts from rank 0's parameters."""
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        checkpoint = self.checkpoint
+        if checkpoint is not None:
+            self.step, self.seconds = checkpoint["step"], checkpoint["seconds"]
+            self.train_seconds = checkpoint["train_seconds"]
+            self.loss_sum = checkpoint["loss_sum"].to(self.device)
+            self.loss_count = checkpoint["loss_count"]
+            self.progress.step = self.progress.saved = self.step
+        # Ranks start identical (same seed, same checkpoint); rank 0's copy makes sure.
+        self.world.broadcast_(list(self.model.parameters()))
+
+    def open_run_dir(self) -> None:
+        """Only now that every rank has read its input files: a failure leaves the old run
+        intact. Rank 0 alone writes the run directory."""
+        out, resumed = self.out, self.checkpoint is not None
+        error = None
+        if self.world.is_main:
+            try:
+                prepare_run_dir(out, resume=self.resuming, overwrite=self.overwrite)
+                self.progress.started = True
+                if resumed:
+                    self.log.truncate_after(self.step)
+                else:
+                    self.log.reset()
+                path = out / "config.toml"
+                with writing(path, remove=path):
+                    path.write_text(to_toml(self.c))
+                self.board = open_log(
+                    out, self.c.output.tensorboard, self.step if resumed else None
+                )
+            except ConfigError as caught:
+                error = caught
+        self.world.agree(error)
+
+    def state(self) -> dict[str, Any]:
+        """checkpoint.pt's contents now."""
+        extra = self.exp.state_dict()
         return {
             "format": CHECKPOINT_FORMAT,
-            "kind": c.experiment,
-            "step": step,
-            "config": to_dict(c),
-            "resolution": list(model.resolution),
-            "model": model.state_dict(),
-            "optimizer": exp.optimizer.state_dict(),
-            "generator": gen.get_state(),
+            "kind": self.c.experiment,
+            "step": self.step,
+            "config": to_dict(self.c),
+            "resolution": list(self.model.resolution),
+            "model": self.model.state_dict(),
+            "optimizer": self.exp.optimizer.state_dict(),
+            "generator": self.gen.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "seconds": seconds,
-            "train_seconds": train_seconds,
-            "loss_sum": loss_sum,
-            "loss_count": loss_count,
-            "processes": world.size,  # informational: any number of processes resumes it
+            "seconds": self.seconds,
+            "train_seconds": self.train_seconds,
+            "loss_sum": self.loss_sum,
+            "loss_count": self.loss_count,
+            "processes": self.world.size,  # informational: any number of processes resumes it
             **({"experiment": extra} if extra else {}),
         }
 
-    steps, batch = c.train.steps, trained.train.batch_size  # the global batch
-    rate_key = f"{exp.unit}_per_second"
-    end = steps if stop_at is None else max(step, min(stop_at, steps))
-    bar = tqdm(
-        total=steps,
-        initial=step,
-        unit="step",
-        desc=f"{exp.label} {'x'.join(map(str, model.resolution))}",
-        disable=not c.output.progress or not world.is_main,
-        dynamic_ncols=True,
-        file=sys.stderr,
-    )
-    bar_every = 10
-    session_start = segment_start = bar_time = time.perf_counter()
-    bar_step = first_step = step
-    stops = StopCheck(signals, c.output.checkpoint_minutes, world)
-    stop = False
-    # The steps: captured as CUDA graphs where the experiment allows it (train/step_graph.py)
-    graphed = step_graph.GraphedStep(exp, world) if getattr(exp, "graphed", False) else None
-    bar_values = LaggedValues()  # the bar's batch value, read without a synchronisation
-    eval_times = sorted(s for s in c.eval.seconds if s > train_seconds)  # still ahead
+    # ---- the steps --------------------------------------------------------------------------
 
-    while not stop and step < end:
-        if step in schedule:
-            new = as_resolution(schedule[step], "train.upsample_resolutions")
+    def train(self, stop_at: int | None) -> bool:
+        """The steps up to `stop_at` (or the end); whether the run reached its end."""
+        c, exp, world = self.c, self.exp, self.world
+        steps = c.train.steps
+        self.end = steps if stop_at is None else max(self.step, min(stop_at, steps))
+        resolution = "x".join(map(str, self.model.resolution))
+        show = c.output.progress and world.is_main
+        self.bar = progress_bar(steps, self.step, f"{exp.label} {resolution}", show)
+        self.bar_every = 10
+        self.session_start = self.segment_start = self.bar_time = time.perf_counter()
+        self.bar_step = self.first_step = self.step
+        self.stops = StopCheck(self.signals, c.output.checkpoint_minutes, world)
+        self.stop = False
+        self.watch = DivergenceWatch(self.device, list(exp.loss_terms()))
+        self.growth = GrowthWarning(exp.train_metric, world.is_main)
+        self.parts["evaluations_and_checkpoints"] = {"evaluations": 0.0, "checkpoints": 0.0}
+        # The steps: captured as CUDA graphs where the experiment allows it (train/step_graph.py)
+        self.graphed = step_graph.GraphedStep(exp, world, self.watch) if exp.graphed else None
+        self.bar_values = LaggedValues()  # the bar's numbers, read without a synchronisation
+        # eval.seconds still ahead
+        self.eval_times = sorted(s for s in c.eval.seconds if s > self.train_seconds)
+        try:
+            while not self.stop and self.step < self.end:
+                self.train_step()
+                self.after_step()
+        finally:
+            self.bar.close()
+            if self.board is not None:
+                self.board.close()
+        self.seconds += time.perf_counter() - self.session_start
+        if self.stop:
+            raise Interrupted(self.stops.signum, self.step, steps)
+        if self.step < steps:
+            if world.is_main:
+                print(
+                    f"stopped at step {self.step} of {steps}; continue with --resume",
+                    file=sys.stderr,
+                )
+            return False
+        return True
+
+    def train_step(self) -> None:
+        """One step: an upsample where the schedule says, the step, the bar."""
+        exp, step = self.exp, self.step
+        if step in self.schedule:
+            new = as_resolution(self.schedule[step], "train.upsample_resolutions")
             exp.upsample(new)
-            bar.set_description(f"{exp.label} {'x'.join(map(str, new))}")
+            self.bar.set_description(f"{exp.label} {'x'.join(map(str, new))}")
         exp.begin_step(step)
-        mse = graphed.step() if graphed is not None else step_graph.eager_step(exp, world)
-        loss_sum += mse.detach()
-        loss_count += 1
-        step = progress.step = step + 1
-
-        if not bar.disable and (step % bar_every == 0 or step == end):
+        if self.graphed is not None:
+            mse = self.graphed.step()
+        else:
+            mse = step_graph.eager_step(exp, self.world, self.watch)
+        self.loss_sum += mse.detach()
+        self.loss_count += 1
+        step = self.step = self.progress.step = step + 1
+        if not self.bar.disable and (step % self.bar_every == 0 or step == self.end):
             now = time.perf_counter()
-            (value,) = bar_values.read(mse)  # a few steps old on CUDA: no synchronisation
-            rate = batch * (step - bar_step) / max(time.perf_counter() - bar_time, 1e-9)
-            bar.set_postfix(
+            # a few steps old on CUDA: no synchronisation
+            numbers = torch.cat([mse.detach().double().reshape(1), self.watch.numbers()])
+            value, first, best, best_at, _ = self.bar_values.read(numbers)
+            if first and self.world.size == 1:  # under torchrun: at the next agreed sync
+                self.watch.stop(int(first), self.first_step, exp.learning_rate)
+            self.growth.check(value, step, best, int(best_at) + self.first_step)
+            rate = self.trained.train.batch_size * (step - self.bar_step)
+            rate /= max(time.perf_counter() - self.bar_time, 1e-9)
+            self.bar.set_postfix(
                 **exp.progress(value),
                 **{RATE_LABELS.get(exp.unit, exp.unit) + "_s": f"{rate:.3g}"},
                 refresh=False,
             )
-            bar.update(step - bar.n)
-            bar_step, bar_time = step, now
+            self.bar.update(step - self.bar.n)
+            self.bar_step, self.bar_time = step, now
 
-        stop, due = stops.poll(step, end)  # a signal; output.checkpoint_minutes passed
+    def after_step(self) -> None:
+        """The cadences: a signal, the clock, the evaluations and the checkpoints."""
+        c, world, step, steps = self.c, self.world, self.step, self.c.train.steps
+        self.stop, due = self.stops.poll(step, self.end)  # a signal; checkpoint_minutes passed
         is_eval = step % c.eval.every == 0 or step == steps
-        if eval_times and not is_eval:  # host time: the step has synchronised (or nearly)
-            is_eval = train_seconds + time.perf_counter() - segment_start >= eval_times[0]
+        if self.eval_times and not is_eval:  # host time: the step has synchronised (or nearly)
+            elapsed = self.train_seconds + time.perf_counter() - self.segment_start
+            is_eval = elapsed >= self.eval_times[0]
         # a finished run's checkpoint is written after its files (write_results): the
         # mesh or pictures a user waits for do not wait for it
-        is_checkpoint = stop or (
-            step < steps
-            and (
-                step == end
-                or due
-                or bool(c.output.checkpoint_every and step % c.output.checkpoint_every == 0)
-            )
+        every = c.output.checkpoint_every
+        is_checkpoint = self.stop or (
+            step < steps and (step == self.end or due or bool(every and step % every == 0))
         )
-        if is_eval or is_checkpoint:
-            _sync(device)
-            now = time.perf_counter()
-            train_seconds += now - segment_start
-            world.mean_(loss_sum)  # each rank's sum of its shares' MSEs -> the batches'
+        if not (is_eval or is_checkpoint):
+            return
+        sync(self.device)
+        now = time.perf_counter()
+        self.train_seconds += now - self.segment_start
+        world.mean_(self.loss_sum)  # each rank's sum of its shares' MSEs -> the batches'
+        params = step_graph.parameters(self.exp)  # before an evaluation or a checkpoint:
+        self.watch.check(world, params, self.first_step, step, self.exp.learning_rate)
+        parts = self.parts["evaluations_and_checkpoints"]
         if is_eval:
-            eval_times = [s for s in eval_times if s > train_seconds]
-            quality = exp.evaluate(train_seconds)
-            record = {
-                "step": step,
-                **quality,
-                exp.train_metric: (loss_sum / max(loss_count, 1)).item(),
-                "lr": exp.learning_rate(step - 1),
-                "resolution": list(model.resolution),
-                "seconds": seconds + time.perf_counter() - session_start,
-                rate_key: step * batch / max(train_seconds, 1e-9),
-            }
-            world.on_main(partial(log.write, record))
-            if board is not None:  # rank 0 alone has one
-                board.write(record, experiment_images(exp))
-            loss_sum.zero_()
-            loss_count = 0
-            if c.output.progress and world.is_main:
-                bar.write(
-                    f"step {step:>6}  {exp.eval_line(quality)}  "
-                    f"res {'x'.join(map(str, model.resolution))}"
-                )
+            start = time.perf_counter()
+            self.evaluate()
+            parts["evaluations"] += time.perf_counter() - start
         if is_checkpoint:
-            seconds += time.perf_counter() - session_start
-            session_start = time.perf_counter()
-            world.on_main(lambda: save_checkpoint(out / CHECKPOINT, state()))
-            progress.saved = step
-            stops.saved()
-        if is_eval or is_checkpoint:
-            segment_start = time.perf_counter()
-    bar.close()
-    if board is not None:
-        board.close()
-    seconds += time.perf_counter() - session_start
-
-    if stop:
-        raise Interrupted(stops.signum, step, steps)
-    if step < steps:
-        if world.is_main:
-            print(f"stopped at step {step} of {steps}; continue with --resume", file=sys.stderr)
-        return None
-
-    common = {
-        "steps": steps,
-        "seconds": seconds,
-        "train_seconds": train_seconds,
-        "per_second": steps * batch / max(train_seconds, 1e-9),
-        "device": describe_device(device),
-        "torch": torch.__version__,
-        "grid_ops": grid._backend.source if hasattr(grid, "_backend") else "",
-        "processes": world.size,
-        "records": log.read() if world.is_main else [],
-    }
-    done = time.perf_counter()
-    summary = exp.summary(common)  # every rank: its evaluation is split across them
-    summary["cuda_graph"] = graphed is not None
-    if graphed is not None:  # how often the step was captured (again) and ran op by op
-        summary["graph_captures"] = graphed.captures
-        summary["graph_eager_steps"] = graphed.eager_steps
-        summary["graph_capture_seconds"] = graphed.capture_seconds
-    phases.update(train=train_seconds, evaluations_and_checkpoints=seconds - train_seconds)
-    phases["final_evaluation"] = time.perf_counter() - done
-    if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)
-        averaged = world.traffic.get("bytes", 0) / max(step - first_step, 1)
-        summary["gradient_mb_averaged_per_step"] = averaged / 2**20
-
-    def write_summary() -> None:
-        path = out / "summary.json"
-        with writing(path, remove=path):
-            path.write_text(json.dumps({**summary, "phases": phases}, indent=2) + "\n")
-
-    def write_results() -> None:
-        # the files first (sdf: mesh.ply, what a user waits for), then the checkpoint,
-        # then the summary: a summary or a picture that cannot be written leaves this
-        # step's checkpoint to resume from
-        start = time.perf_counter()
-        exp.write_files(out, summary)
-        phases["files"] = time.perf_counter() - start
-        if progress.saved != step:  # not already written by a signal or the clock
             start = time.perf_counter()
-            save_checkpoint(out / CHECKPOINT, state())
-            progress.saved = step
-            phases["checkpoint"] = time.perf_counter() - start
-        write_summary()
-        if c.output.pictures:
-            start = time.perf_counter()
-            exp.write_pictures(out, log.read(), summary)
-            phases["pictures"] = time.perf_counter() - start
-        phases["total"] = time.perf_counter() - STARTED
-        write_summary()  # again, with the files' and pictures' times
-        print("phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()), file=sys.stderr)
+            self.seconds += time.perf_counter() - self.session_start
+            self.session_start = time.perf_counter()
+            world.on_main(lambda: save_checkpoint(self.out / CHECKPOINT, self.state()))
+            self.progress.saved = step
+            self.stops.saved()
+            parts["checkpoints"] += time.perf_counter() - start
+        self.segment_start = time.perf_counter()
 
-    world.on_main(write_results)
-    progress.saved = step
-    summary["phases"] = phases
-    return summary
+    def evaluate(self) -> None:
+        """An evaluation: a metrics.jsonl record (and TensorBoard's), the log line."""
+        c, exp, world, step = self.c, self.exp, self.world, self.step
+        self.eval_times = [s for s in self.eval_times if s > self.train_seconds]
+        quality = exp.evaluate(self.train_seconds)
+        train_value = (self.loss_sum / max(self.loss_count, 1)).item()
+        record = {
+            "step": step,
+            **quality,
+            exp.train_metric: train_value,
+            "lr": exp.learning_rate(step - 1),
+            "resolution": list(self.model.resolution),
+            "seconds": self.seconds + time.perf_counter() - self.session_start,
+            f"{exp.unit}_per_second": step
+            * self.trained.train.batch_size
+            / max(self.train_seconds, 1e-9),
+        }
+        best, best_at = float(self.watch.best), int(self.watch.best_at) + self.first_step
+        self.growth.check(train_value, step, best, best_at)  # also without a progress bar
+        world.on_main(partial(self.log.write, record))
+        if self.board is not None:  # rank 0 alone has one
+            self.board.write(record, exp.tensorboard_images())
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        if c.output.progress and world.is_main:
+            self.bar.write(
+                f"step {step:>6}  {exp.eval_line(quality)}  "
+                f"res {'x'.join(map(str, self.model.resolution))}"
+            )
+
+    # ---- the end ----------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, Any]:
+        """The summary (every rank: its evaluation is split across them); rank 0 writes the
+        files, the checkpoint, summary.json and the pictures."""
+        c, exp, world, step, phases = self.c, self.exp, self.world, self.step, self.phases
+        batch, graphed = self.trained.train.batch_size, self.graphed
+        common = {
+            "steps": c.train.steps,
+            "seconds": self.seconds,
+            "train_seconds": self.train_seconds,
+            "per_second": c.train.steps * batch / max(self.train_seconds, 1e-9),
+            "device": describe_device(self.device),
+            "torch": torch.__version__,
+            "grid_ops": grid_ops(),
+            "processes": world.size,
+            "records": self.log.read() if world.is_main else [],
+        }
+        done = time.perf_counter()
+        summary = exp.summary(common)
+        summary["cuda_graph"] = graphed is not None
+        if graphed is not None:  # how often the step was captured (again) and ran op by op
+            summary["graph_captures"] = graphed.captures
+            summary["graph_eager_steps"] = graphed.eager_steps
+            summary["graph_capture_seconds"] = graphed.capture_seconds
+            self.parts["train"] = {"graph_capture": graphed.capture_seconds}
+        phases.update(
+            train=self.train_seconds, evaluations_and_checkpoints=self.seconds - self.train_seconds
+        )
+        phases["final_evaluation"] = time.perf_counter() - done
+        if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)
+            averaged = world.traffic.get("bytes", 0) / max(step - self.first_step, 1)
+            summary["gradient_mb_averaged_per_step"] = averaged / 2**20
+
+        def checkpoint() -> None:
+            save_checkpoint(self.out / CHECKPOINT, self.state())
+            self.progress.saved = step
+
+        def write() -> None:  # the checkpoint unless a signal or the clock wrote it already
+            saved = self.progress.saved == step
+            write_results(
+                self.out, exp, summary, phases, self.parts, self.log, None if saved else checkpoint
+            )
+
+        world.on_main(write)
+        self.progress.saved = step
+        summary["phases"] = phases
+        summary["phase_parts"] = self.parts
+        return summary

@@ -14,6 +14,24 @@ from torch import Tensor
 from .errors import InputFileError, read_input, writing
 
 
+def finite(value: Any) -> Any:
+    """`value` (numbers, lists, dicts) with every NaN or infinity replaced by None: JSON
+    has no such numbers (json.dumps would write NaN and Infinity, which JSON readers
+    reject)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """`value` as strict JSON: NaN and infinities written as null (`finite`)."""
+    return json.dumps(finite(value), indent=indent, allow_nan=False)
+
+
 def psnr(mse: float, value_range: float) -> float:
     """Peak signal-to-noise ratio in dB: `10 * log10(range^2 / mse)`.
 
@@ -175,7 +193,7 @@ class MetricsLog:
             size = self.path.stat().st_size if self.path.exists() else 0
             try:
                 with self.path.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
+                    f.write(json_text(record) + "\n")
             except OSError:
                 try:  # drop the part of the line that made it
                     os.truncate(self.path, size)

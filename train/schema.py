@@ -48,7 +48,7 @@ class ExperimentSpec:
         ones, raising ConfigError naming the key; `explicit` maps each kinded table to the
         keys the file and the overrides wrote in it.
     experiment: the class in `train/<name>/experiment.py` that trains it (see
-        `train.loop.Experiment`), imported on first use.
+        `train.experiment.Experiment`), imported on first use.
     unit: what `train.batch_size` counts ("points", "rays").
     kinded: tables with a `kind` key -> the keys each kind reads (besides `kind`).
     files: the files its runs write besides the shared ones (config.toml, metrics.jsonl,

@@ -20,7 +20,11 @@ so every replay points `.grad` back at the captured ones first. (Without that, t
 after such a step averaged the op-by-op step's stale gradients, each rank's Adam stepped
 with its own share's gradient and the ranks drifted apart: -1 dB on the NeRF.)
 
-What a captured step needs from an experiment (`graphed = True`, set from `use_graphs`):
+Both step kinds update the run's `DivergenceWatch` (train/divergence.py) after the backward,
+in the graph too: a non-finite loss or gradient is flagged on the device, never read here.
+
+What a captured step needs from an experiment (`graphed = True`, set from `use_graphs`; the
+hooks are declared on `train.experiment.Experiment`):
 its `loss()` synchronises with the host nowhere (no `.item()`, `.tolist()`, data-dependent
 shapes), draws its random numbers from the generator `gen`, and its optimiser is fused Adam
 with `capturable=True` and device-tensor learning rates that `begin_step` fills in place
@@ -29,13 +33,13 @@ experiments do. An experiment whose steps are capturable only sometimes says so 
 `graph_key()`: None runs this step op by op on the current stream (the nerf step whose
 render measures its buffer sizes, reading counts back); otherwise a tuple naming what else
 the graph depends on (the nerf buffers' sizes, the ray pool), part of `_key`. Its
-`replayed()`, if any, does after a replay the host bookkeeping the skipped Python did.
+`replayed()` does after a replay the host bookkeeping the skipped Python did.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -45,6 +49,8 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .config import Config
     from .distributed import World
+    from .divergence import DivergenceWatch
+    from .experiment import Experiment
 
 WARMUP = 2  # eager steps at each resolution before the capture
 MODE = "thread_local"  # the capture's error mode (torch.cuda.graph)
@@ -62,32 +68,34 @@ def use_graphs(config: Config, device: torch.device) -> bool:
     return mode != "off" and device.type == "cuda"
 
 
-def parameters(exp: Any) -> list[Tensor]:
+def parameters(exp: Experiment) -> list[Tensor]:
     """The parameters the experiment's optimiser updates."""
     return [p for group in exp.optimizer.param_groups for p in group["params"]]
 
 
-def forward_backward(exp: Any) -> Tensor:
-    """Loss and backward (the gradients replace the old ones); returns the batch value,
-    detached: a value still holding the step's autograd graph would keep the parameters'
-    gradient accumulators alive into the next step, whose capture on another stream then
-    fails."""
+def forward_backward(exp: Experiment, watch: DivergenceWatch | None = None) -> Tensor:
+    """Loss and backward (the gradients replace the old ones), flagged in `watch` if the
+    loss or a gradient is not finite; returns the batch value, detached: a value still
+    holding the step's autograd graph would keep the parameters' gradient accumulators
+    alive into the next step, whose capture on another stream then fails."""
     loss, value = exp.loss()
     exp.optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if watch is not None:
+        grads = [p.grad for p in parameters(exp)]
+        watch.observe(loss, value, grads, list(exp.loss_terms().values()))
     return value.detach()
 
 
-def average_gradients(exp: Any, world: World, params: list[Tensor]) -> None:
+def average_gradients(exp: Experiment, world: World, params: list[Tensor]) -> None:
     """The mean over the ranks' shares (the global batch's gradient), of the rows the
     experiment's `gradient_support()` names where it names some."""
-    support = getattr(exp, "gradient_support", None)
-    world.average_gradients(params, None if support is None else support())
+    world.average_gradients(params, exp.gradient_support())
 
 
-def eager_step(exp: Any, world: World) -> Tensor:
+def eager_step(exp: Experiment, world: World, watch: DivergenceWatch | None = None) -> Tensor:
     """One training step, op by op: the batch value (e.g. its MSE), a device tensor."""
-    value = forward_backward(exp)
+    value = forward_backward(exp, watch)
     if world.size > 1:
         average_gradients(exp, world, parameters(exp))
     exp.optimizer.step()
@@ -101,8 +109,8 @@ class GraphedStep:
     (read or accumulate it before then, as the loop does).
     """
 
-    def __init__(self, exp: Any, world: World) -> None:
-        self.exp, self.world = exp, world
+    def __init__(self, exp: Experiment, world: World, watch: DivergenceWatch | None = None) -> None:
+        self.exp, self.world, self.watch = exp, world, watch
         self.stream = torch.cuda.Stream(device=parameters(exp)[0].device)
         self.key: tuple | None = None  # what the graphs read and write (see `_key`)
         self.graphs: list[torch.cuda.CUDAGraph] = []
@@ -115,18 +123,17 @@ class GraphedStep:
         self.stale_pool = False  # a released graph's memory pool is still cached
 
     def step(self) -> Tensor:
-        graph_key = getattr(self.exp, "graph_key", None)
-        extra = () if graph_key is None else graph_key()
+        extra = self.exp.graph_key()
         if extra is None:  # this step synchronises: op by op (the graph is kept)
             self.eager_steps += 1
-            return eager_step(self.exp, self.world)
+            return eager_step(self.exp, self.world, self.watch)
         key = self._key(extra)
         if key != self.key:
             self.release()
             self.key, self.warmup = key, WARMUP
         if self.warmup:
             self.warmup -= 1
-            value = self._on_side_stream(lambda: eager_step(self.exp, self.world))
+            value = self._on_side_stream(lambda: eager_step(self.exp, self.world, self.watch))
             self.key = self._key(extra)  # a first step creates Adam's state
             return value
         if not self.graphs:
@@ -140,9 +147,7 @@ class GraphedStep:
                 p.grad = grad  # what the second graph's Adam reads
             average_gradients(self.exp, self.world, params)
             self.graphs[1].replay()
-        replayed = getattr(self.exp, "replayed", None)
-        if replayed is not None:
-            replayed()
+        self.exp.replayed()
         return self.value
 
     def _key(self, extra: tuple) -> tuple:
@@ -191,7 +196,7 @@ class GraphedStep:
             # thread_local: other threads' CUDA calls (NCCL's watchdog under torchrun) stay
             # legal while this thread captures
             with torch.cuda.graph(first, stream=self.stream, capture_error_mode=MODE):
-                self.value = forward_backward(exp)
+                self.value = forward_backward(exp, self.watch)
                 if together:
                     exp.optimizer.step()
             self.graphs = [first]

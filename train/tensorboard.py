@@ -3,7 +3,7 @@
 Every record `train.loop` writes to metrics.jsonl is written here too, at its `step`: each
 number as a scalar under its metrics.jsonl key (`psnr`, `mse`, `train_mse`, `lr`, ...),
 each list of numbers as one scalar per entry (`view_psnr/0`, `resolution/0`, ...), and the
-images the experiment offers at that evaluation (its optional `tensorboard_images()`,
+images the experiment offers at that evaluation (its `tensorboard_images()`,
 name -> [H, W, 3] float in [0, 1], e.g. rendered views beside their ground truth).
 
 The files go to RUN/tensorboard/ (`DIRECTORY`; `--overwrite` deletes it). A resumed run
@@ -65,9 +65,3 @@ def open_log(out: Path, enabled: bool, resumed_at: int | None) -> TensorBoardLog
     if not enabled:
         return None
     return TensorBoardLog(out / DIRECTORY, None if resumed_at is None else resumed_at + 1)
-
-
-def experiment_images(exp: Any) -> dict[str, Tensor]:
-    """The experiment's images of its last evaluation, if it offers any."""
-    images = getattr(exp, "tensorboard_images", None)
-    return images() if images is not None else {}

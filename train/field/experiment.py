@@ -16,6 +16,7 @@ from torch import Tensor
 from grid.voxel_grid import VoxelGrid
 
 from ..distributed import SINGLE, World
+from ..experiment import Experiment
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import psnr
 from ..schema import as_resolution
@@ -74,7 +75,7 @@ def evaluate(model: VoxelGrid, points: Tensor, values: Tensor, world: World = SI
     return world.all_sum(torch.tensor(total, dtype=torch.float64, device=points.device)).item() / n
 
 
-class FieldExperiment(GridSchedule):
+class FieldExperiment(GridSchedule, Experiment):
     """Fit a one-channel VoxelGrid to `config.target` (see the module docstring)."""
 
     unit = "points"
@@ -137,12 +138,6 @@ class FieldExperiment(GridSchedule):
         held_out = evaluate(self.model, self.eval_points, self.eval_values, self.world)
         return {"mse": held_out, "psnr": psnr(held_out, self.value_range)}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
     def summary(self, common: dict[str, Any]) -> dict[str, Any]:
         c = self.config
         quality = self.evaluate(common["train_seconds"])
@@ -167,9 +162,6 @@ class FieldExperiment(GridSchedule):
 
     def eval_line(self, quality: dict[str, Any]) -> str:
         return f"{self.eval_name} mse {quality['mse']:.3e}  psnr {quality['psnr']:6.2f} dB"
-
-    def write_files(self, out: Path, summary: dict[str, Any]) -> None:
-        pass  # pictures only
 
     def write_pictures(self, out: Path, records: list[dict], summary: dict[str, Any]) -> None:
         from .pictures import write_pictures

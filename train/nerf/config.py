@@ -83,6 +83,7 @@ class DataConfig:
 
 @dataclass
 class NerfConfig:
+    STEP_KEYS = ("occupancy_start", "occupancy_every", "occupancy_grow_until")  # train.config
     color_features: int = doc("nerf: channels of the colour feature grid.", 12)
     hidden: int = doc("nerf: width of the colour MLP's two hidden layers.", 128)
     view_frequencies: int = doc("nerf: positional-encoding frequencies of the view direction.", 4)

@@ -31,6 +31,7 @@ from grid import MaskedAdam, VoxelGrid
 from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, InputFileError, writing
+from ..experiment import Experiment
 from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
 from ..schema import as_resolution
@@ -125,7 +126,7 @@ def ensure_scene_once(config: Config, device: torch.device, world: World) -> Pat
     return path if path is not None else ensure_scene(config, device)
 
 
-class NerfExperiment:
+class NerfExperiment(Experiment):
     """Train a VoxelNeRF on the scene of `config.data` (see the module docstring)."""
 
     unit = "rays"

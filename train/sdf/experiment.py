@@ -40,6 +40,7 @@ from grid.voxel_grid import VoxelGrid
 from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, plural, writing
+from ..experiment import Experiment
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
 from ..metrics import LaggedValues
 from ..schema import as_resolution
@@ -209,7 +210,7 @@ def sdf_losses(
     return surface_term, normal_term, (length - 1).square().mean()
 
 
-class SdfExperiment(GridSchedule):
+class SdfExperiment(GridSchedule, Experiment):
     """Fit a one-channel VoxelGrid to the points of `config.points` (module docstring)."""
 
     unit = "points"
@@ -350,6 +351,10 @@ class SdfExperiment(GridSchedule):
         values = self.model.features.data[..., 0]
         turned = repair_signs(values, self.model.bounds, points, normals, areas, subset)
         self.repairs["x".join(map(str, self.model.resolution))] = turned
+
+    def loss_terms(self) -> dict[str, Tensor]:
+        """The last batch's unweighted terms, to name one that goes non-finite."""
+        return dict(zip(("surface", "normal", "eikonal"), self.terms.unbind(), strict=True))
 
     def progress(self, loss: float) -> dict[str, str]:
         surface, normal, eikonal = self.bar_terms.read(self.terms)
