@@ -69,8 +69,12 @@ class MultiresGrid(nn.Module):
         resolutions: the L cells-per-axis counts.
 
     Examples:
-        >>> enc = grid.MultiresGrid(levels=16, features=2, table_size=2**19,
+        >>> import torch
+        >>> import grid
+        >>> enc = grid.MultiresGrid(levels=16, features=2, table_size=2**14,
         ...                         base_resolution=16, growth_factor=1.5)
+        >>> enc.get_out_dim()
+        32
         >>> enc(torch.rand(1024, 3) * 2 - 1).shape
         torch.Size([1024, 32])
     """

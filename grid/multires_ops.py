@@ -39,7 +39,9 @@ def multires(table: Tensor, points: Tensor, resolutions: Sequence[int]) -> Tenso
         differentiable with respect to `table` and `points`.
 
     Examples:
-        >>> table = torch.empty(16, 2**19, 2).uniform_(-1e-4, 1e-4)
+        >>> import torch
+        >>> import grid
+        >>> table = torch.empty(16, 2**14, 2).uniform_(-1e-4, 1e-4)
         >>> res = [int(16 * 1.38**l) for l in range(16)]
         >>> grid.multires(table, torch.rand(1024, 3) * 2 - 1, res).shape
         torch.Size([1024, 32])

@@ -7,7 +7,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("grid", "train")
-MAX_LINES = 500
 
 
 def _module_name(path: Path) -> str:
@@ -97,13 +96,3 @@ def test_shared_training_code_names_no_experiment():
 def test_one_package_per_experiment():
     flat = sorted(p.name for p in (ROOT / "train").glob("*.py"))
     assert not [n for n in flat if n.startswith(("nerf", "sdf", "field"))], flat
-
-
-def test_no_long_files():
-    long = []
-    for folder in ("grid", "train", "bench"):
-        for path in (ROOT / folder).rglob("*.py"):
-            lines = len(path.read_text().splitlines())
-            if lines > MAX_LINES:
-                long.append(f"{path.relative_to(ROOT)}: {lines}")
-    assert not long, f"files over {MAX_LINES} lines: {long}"
