@@ -61,7 +61,7 @@ from train.config import load_config
 from train.errors import ConfigError
 from train.loop import run, select_device
 from train.metrics import psnr, ssim
-from train.nerf.blender import load_blender
+from train.nerf.data.blender import load_blender
 from train.nerf.experiment import ensure_scene
 
 DEFAULT_RATE = 165.0  # ours on an H100: nerf_realistic_gpu.toml, 36000 steps in 214.9 s

@@ -58,8 +58,8 @@ from train.config import load_config
 from train.distributed import SINGLE
 from train.loop import select_device
 from train.nerf.experiment import NerfExperiment, make_model
-from train.nerf.model import VoxelNeRF
-from train.nerf.render import SampleCapacity
+from train.nerf.model.capacity import SampleCapacity
+from train.nerf.model.voxel_nerf import VoxelNeRF
 from train.step_graph import GraphedStep, eager_step
 
 

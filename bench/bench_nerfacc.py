@@ -50,7 +50,7 @@ from torch import Tensor
 from train.config import load_config
 from train.errors import ConfigError
 from train.metrics import psnr
-from train.nerf.blender import camera_rays, load_blender
+from train.nerf.data.blender import camera_rays, load_blender
 from train.nerf.experiment import ensure_scene
 
 GiB = 2**30

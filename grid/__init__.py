@@ -8,6 +8,7 @@ occupancy grid, compositing of packed samples, a scene contraction for unbounded
 
 from . import reference
 from ._version import __version__
+from .boxes import check_inside, lattice
 from .channels import channels_first, channels_last
 from .contraction import ContractedSamples, contract, sample_contracted, uncontract
 from .marching_cubes import marching_cubes
@@ -22,10 +23,13 @@ from .volrend import (
     composite_weights,
     ray_weights,
 )
-from .voxel_grid import VoxelGrid
+from .voxel_grid import VoxelGrid, replace_data
 
 __all__ = [
     "VoxelGrid",
+    "replace_data",
+    "lattice",
+    "check_inside",
     "sample",
     "trilinear",
     "channels_last",

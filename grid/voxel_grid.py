@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import ops
-from ._boxes import _bounds, _resolution, check_inside, lattice
+from .boxes import _bounds, _resolution, check_inside, lattice
 from .ops import sample, total_variation, total_variation_add_grad_
 
 INITS = ("zeros", "normal", "uniform")
@@ -334,7 +334,7 @@ class VoxelGrid(nn.Module):
             return resized
 
         self._resize_state(optimizer, resize)
-        _replace_data(param, _resample(param.data, new))
+        replace_data(param, _resample(param.data, new))
 
     @torch.no_grad()
     def crop(
@@ -370,8 +370,28 @@ class VoxelGrid(nn.Module):
             return out.to(value.dtype).contiguous()
 
         self._resize_state(optimizer, resize)
-        _replace_data(self.features, resize(self.features.data, False))
+        replace_data(self.features, resize(self.features.data, False))
         self.bounds.copy_(box)
+
+    @torch.no_grad()
+    def add_(self, value: float | Tensor) -> None:
+        """Add `value` (a number, or a [F] tensor: one per feature channel) to every voxel's
+        features in place, outside autograd; the Parameter object stays. E.g. a density grid
+        whose activation reads `raw + shift` lowered everywhere at once.
+
+        Examples:
+            >>> import grid
+            >>> g = grid.VoxelGrid(2, 1, [[0, 0, 0], [1, 1, 1]], init="zeros")
+            >>> g.add_(-0.5)
+            >>> g.features.unique().tolist()
+            [-0.5]
+        """
+        if isinstance(value, Tensor) and value.shape not in ((), (self.get_out_dim(),)):
+            raise ValueError(
+                f"value: expected a number or a [{self.get_out_dim()}] tensor, "
+                f"got shape {list(value.shape)}"
+            )
+        self.features.add_(value)
 
     def _resize_state(self, optimizer, resize) -> None:
         """Replaces the optimiser's state tensors shaped like the features by
@@ -414,7 +434,7 @@ class VoxelGrid(nn.Module):
                 state_dict = {k: v for k, v in state_dict.items() if k != key}
             elif saved.shape != self.features.shape:
                 empty = torch.empty(saved.shape, dtype=saved.dtype, device=self.features.device)
-                _replace_data(self.features, empty)
+                replace_data(self.features, empty)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
@@ -454,8 +474,19 @@ def _box_map(bounds: Tensor) -> tuple[Tensor, Tensor]:
     return scale, -bounds[0] * scale - 1.0
 
 
-def _replace_data(param: nn.Parameter, data: Tensor) -> None:
-    """Give `param` new data (any shape) in place, keeping the Parameter object."""
+def replace_data(param: nn.Parameter, data: Tensor) -> None:
+    """Give the parameter `param` the tensor `data` (any shape and dtype) in place, keeping
+    the Parameter object, so that every optimiser and hook that holds it keeps the live
+    one; its gradient is dropped (`param.grad = None`). What `VoxelGrid.upsample` and
+    `crop` do to their features; use it for a module of your own that resizes a parameter.
+
+    Examples:
+        >>> import torch, grid
+        >>> p = torch.nn.Parameter(torch.zeros(2, 3))
+        >>> grid.replace_data(p, torch.ones(4, 5))
+        >>> p.shape, p.grad
+        (torch.Size([4, 5]), None)
+    """
     # Autograd caches the parameter's gradient accumulator, with the old shape, for
     # as long as any graph that used it is alive (e.g. last step's `loss`); a plain
     # `.data` swap keeps it and the next backward fails on the shape. set_data drops

@@ -1,5 +1,5 @@
 """bench/dvgo_llff.py on the CPU: the unbounded scene in LLFF's layout. The rows read back
-through the project's LLFF reader (train.nerf.orient.llff_poses) give the Blender cameras,
+through the project's LLFF reader (train.nerf.capture.orient.llff_poses) give the Blender cameras,
 the order makes llffhold = 8 hold out exactly the test views, and, where the anchor copy of
 DirectVoxGO is in the checkout, its own loader reads the folder and the config written for
 it (in a subprocess: its code is never imported here)."""
@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import dvgo_llff  # noqa: E402
 import dvgo_unbounded  # noqa: E402
 
-from train.nerf.blender import load_blender  # noqa: E402
-from train.nerf.generate import ensure_scene  # noqa: E402
-from train.nerf.orient import llff_poses, pose_errors  # noqa: E402
+from train.nerf.capture.orient import llff_poses, pose_errors  # noqa: E402
+from train.nerf.data.blender import load_blender  # noqa: E402
+from train.nerf.scenes.generate import ensure_scene  # noqa: E402
 
 ANCHOR = ROOT / ".anchors" / "dvgo"
 

@@ -20,7 +20,7 @@ import dvgo_unbounded  # noqa: E402
 import dvgo_v2_shims  # noqa: E402
 
 from train.metrics import psnr  # noqa: E402
-from train.nerf.blender import load_blender  # noqa: E402
+from train.nerf.data.blender import load_blender  # noqa: E402
 
 
 def random_rays(lengths: list[int], dtype: torch.dtype, seed: int = 0):

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import gsplat_scene  # noqa: E402
 
 from train.metrics import ssim  # noqa: E402
-from train.nerf.blender import Views, camera_rays  # noqa: E402
+from train.nerf.data.blender import Views, camera_rays  # noqa: E402
 
 
 def _views() -> Views:

@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from ..config import Config
+from ..mesh.triangles import Mesh
 from ..pictures import mark_upsamples, save_figure
-from .mesh import Mesh
 
 #: (elevation, azimuth) in degrees of the three views, and their titles.
 VIEWS = ((30.0, -60.0, "oblique"), (90.0, -90.0, "from +z"), (0.0, -90.0, "from -y"))
