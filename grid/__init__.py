@@ -15,6 +15,7 @@ from .marching_cubes import marching_cubes
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
 from .optim import MaskedAdam
+from .parameters import replace_data
 from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
 from .volrend import (
     accumulate_along_rays,
@@ -23,7 +24,7 @@ from .volrend import (
     composite_weights,
     ray_weights,
 )
-from .voxel_grid import VoxelGrid, replace_data
+from .voxel_grid import VoxelGrid
 
 __all__ = [
     "VoxelGrid",

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from . import ops
 from .boxes import _bounds, _resolution, check_inside, lattice
 from .ops import sample, total_variation, total_variation_add_grad_
+from .parameters import replace_data
 
 INITS = ("zeros", "normal", "uniform")
 PADDINGS = ("zeros", "border")
@@ -472,29 +473,6 @@ def _box_map(bounds: Tensor) -> tuple[Tensor, Tensor]:
     """bounds [2, 3] -> (scale [3], shift [3]) mapping the box onto [-1, 1]."""
     scale = 2.0 / (bounds[1] - bounds[0])
     return scale, -bounds[0] * scale - 1.0
-
-
-def replace_data(param: nn.Parameter, data: Tensor) -> None:
-    """Give the parameter `param` the tensor `data` (any shape and dtype) in place, keeping
-    the Parameter object, so that every optimiser and hook that holds it keeps the live
-    one; its gradient is dropped (`param.grad = None`). What `VoxelGrid.upsample` and
-    `crop` do to their features; use it for a module of your own that resizes a parameter.
-
-    Examples:
-        >>> import torch, grid
-        >>> p = torch.nn.Parameter(torch.zeros(2, 3))
-        >>> grid.replace_data(p, torch.ones(4, 5))
-        >>> p.shape, p.grad
-        (torch.Size([4, 5]), None)
-    """
-    # Autograd caches the parameter's gradient accumulator, with the old shape, for
-    # as long as any graph that used it is alive (e.g. last step's `loss`); a plain
-    # `.data` swap keeps it and the next backward fails on the shape. set_data drops
-    # the cached accumulator when the dtype changes, so pass through another dtype.
-    other = torch.float64 if param.dtype != torch.float64 else torch.float32
-    param.data = torch.empty(0, dtype=other, device=param.device)
-    param.data = data
-    param.grad = None
 
 
 def _resample(features: Tensor, resolution: tuple[int, int, int]) -> Tensor:

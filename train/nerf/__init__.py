@@ -34,6 +34,8 @@ from .config import DataConfig, NerfConfig, memory, validate
 if TYPE_CHECKING:
     from ..config import Config
 
+__all__ = ["SPEC", "dependencies"]
+
 
 def dependencies(config: Config) -> None:
     require(

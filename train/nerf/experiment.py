@@ -36,17 +36,12 @@ from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .config import graph_problem, scene_args
-from .data import TrainingRays
+from .data.rays import TrainingRays
 from .evaluation import background_errors, background_metrics, seconds_to
-from .model import (
-    VoxelNeRF,
-    auxiliary_losses,
-    box_resolution,
-    capacity_key,
-    color_correct,
-    make_appearance,
-    surface_box,
-)
+from .model.appearance import color_correct, make_appearance
+from .model.fit_box import box_resolution, surface_box
+from .model.losses import auxiliary_losses
+from .model.voxel_nerf import VoxelNeRF, capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
 
