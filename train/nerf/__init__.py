@@ -8,7 +8,7 @@ What lives where (each subpackage's own docstring says more):
   curves.png, turntable.gif), `export` (the density's level set as a mesh, for
   `python -m train.export`), `view` (any camera's render: `grid-train view` and
   `grid-train render`);
-* `model/`: `VoxelNeRF`, its renderers (functions of the samples, handed by the model),
+* `model/`: `VoxelNeRF`, its renderers (which take the functions the model hands them),
   losses, per-image appearance, the fitted box;
 * `data/`: the Blender and instant-ngp / nerfstudio readers, cameras, the training rays;
 * `scenes/`: the project's procedural and scanned scenes (`python -m
@@ -16,10 +16,10 @@ What lives where (each subpackage's own docstring says more):
 * `capture/`: poses from photos (`python -m train.nerf.capture.poses`), their orientation,
   a box from the cameras (`python -m train.nerf.capture.bounds`).
 
-Floors, lowest first (an arrow only goes down): `choices` -> `data`, `model` (which
-imports `config` for annotations only) -> `scenes` (on `data` and `train.mesh`) ->
-`config` -> `capture` (on `data`) -> `experiment`, `evaluation`, `pictures` -> `export` ->
-`view`. Shared code of `train` imports this package only through the registry
+Floors, lowest first (a module imports only from floors below its own): `data`, `choices`,
+`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config` -> `model` (which reads
+`config` for annotations only) -> `pictures` -> `experiment` -> `export` -> `view`.
+Shared code of `train` imports this package only through the registry
 (`train.experiments`), by the names in `SPEC`.
 """
 
