@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.blender import SPLITS, DatasetError, _frames, _matrix, _read_json
+from ..data.blender import SPLITS, DatasetError, frame_list, frame_matrix, read_json
 from ..data.ngp import TRANSFORMS, layout, ngp_box
 from .orient import look_at
 
@@ -36,8 +36,8 @@ def read_poses(path: str | Path) -> np.ndarray:
         files = [f for f in files if f.is_file()] or [root / "transforms_train.json"]
     poses = []
     for json_path in files:
-        meta = _read_json(json_path)
-        poses += [_matrix(frame, json_path, i) for i, frame in _frames(meta, json_path)]
+        meta = read_json(json_path)
+        poses += [frame_matrix(frame, json_path, i) for i, frame in frame_list(meta, json_path)]
     return np.stack(poses).astype(np.float64)
 
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"suggested: --set 'grid.bounds={_box(suggest_bounds(c2w, args.ratio))}'")
     if layout(args.path) == "ngp":
-        meta = _read_json(args.path / TRANSFORMS)
+        meta = read_json(args.path / TRANSFORMS)
         if any(key in meta for key in ("scale", "offset", "aabb_scale")):
             unit, aabb = ngp_box(meta)
             print(f"instant-ngp's unit cube: {_box(unit)}; its aabb_scale box: {_box(aabb)}")

@@ -116,12 +116,12 @@ def load_blender(
         raise ValueError(f"downscale must be a positive integer; got {downscale!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None; got {limit!r}")
-    bg = _background(background)
+    bg = background_rgb(background)
 
     json_path = Path(path) / f"transforms_{split}.json"
-    meta = _read_json(json_path)
+    meta = read_json(json_path)
     angle = _camera_angle(meta, json_path)
-    frames = _frames(meta, json_path)
+    frames = frame_list(meta, json_path)
     if limit is not None and limit < len(frames):
         frames = [frames[i * len(frames) // limit] for i in range(limit)]
 
@@ -129,7 +129,7 @@ def load_blender(
     size = None  # (H, W) of the first image, at full resolution
     for i, frame in frames:
         image_path = _image_path(json_path, i, frame)
-        rgba = _read_png(image_path)  # [H, W, 4]
+        rgba = read_png(image_path)  # [H, W, 4]
         if size is None:
             size = rgba.shape[:2]
         elif rgba.shape[:2] != size:
@@ -138,9 +138,9 @@ def load_blender(
                 f"image is {rgba.shape[1]}x{rgba.shape[0]} (WxH) but "
                 f"{names[0]} is {size[1]}x{size[0]}; all images of a split must share one size",
             )
-        images.append(_downscale(_composite(rgba, bg), downscale, image_path))
-        alphas.append(_downscale(rgba[..., 3:], downscale, image_path)[..., 0])
-        poses.append(_matrix(frame, json_path, i))
+        images.append(downscale_image(composite_rgba(rgba, bg), downscale, image_path))
+        alphas.append(downscale_image(rgba[..., 3:], downscale, image_path)[..., 0])
+        poses.append(frame_matrix(frame, json_path, i))
         names.append(str(image_path))
 
     height, width = images[0].shape[:2]
@@ -198,7 +198,9 @@ def _rays(c2w: Tensor, camera: Tensor) -> tuple[Tensor, Tensor]:
 # ---- reading the json ----------------------------------------------------------------------
 
 
-def _read_json(json_path: Path) -> dict:
+def read_json(json_path: Path) -> dict:
+    """The JSON object in `json_path` (a transforms file of either layout); a missing,
+    unreadable or malformed file is a `DatasetError` naming it."""
     if not json_path.is_file():
         where = json_path.parent
         hint = "" if where.is_dir() else f" (directory {where} does not exist)"
@@ -227,7 +229,7 @@ def _camera_angle(meta: dict, json_path: Path) -> float:
     return float(angle)
 
 
-def _frames(meta: dict, json_path: Path) -> list[tuple[int, dict]]:
+def frame_list(meta: dict, json_path: Path) -> list[tuple[int, dict]]:
     """[(index in the json, frame)] after checking each frame has both keys."""
     if "frames" not in meta:
         raise DatasetError(json_path, "missing key 'frames'")
@@ -245,7 +247,7 @@ def _frames(meta: dict, json_path: Path) -> list[tuple[int, dict]]:
     return list(enumerate(frames))
 
 
-def _matrix(frame: dict, json_path: Path, i: int) -> np.ndarray:
+def frame_matrix(frame: dict, json_path: Path, i: int) -> np.ndarray:
     """frames[i].transform_matrix as a [4, 4] float32 array, affine (last row 0 0 0 1)."""
     what = f"frames[{i}].transform_matrix"
     try:
@@ -291,7 +293,7 @@ def _image_path(json_path: Path, i: int, frame: dict) -> Path:
 # ---- images --------------------------------------------------------------------------------
 
 
-def _read_png(image_path: Path) -> np.ndarray:
+def read_png(image_path: Path) -> np.ndarray:
     """[H, W, 4] float32 RGBA in [0, 1] (alpha 1 for images without alpha)."""
     try:
         from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
@@ -313,7 +315,8 @@ def _read_png(image_path: Path) -> np.ndarray:
     return rgba
 
 
-def _background(background: tuple[float, float, float]) -> np.ndarray:
+def background_rgb(background: tuple[float, float, float]) -> np.ndarray:
+    """`background` checked as an RGB colour in [0, 1] -> [3] float32 (ValueError if not)."""
     try:
         bg = np.asarray(background, dtype=np.float32)
     except (TypeError, ValueError):
@@ -323,13 +326,13 @@ def _background(background: tuple[float, float, float]) -> np.ndarray:
     return bg
 
 
-def _composite(rgba: np.ndarray, bg: np.ndarray) -> np.ndarray:
+def composite_rgba(rgba: np.ndarray, bg: np.ndarray) -> np.ndarray:
     """[H, W, 4] straight (not premultiplied) RGBA over `bg` -> [H, W, 3]."""
     alpha = rgba[..., 3:]
     return rgba[..., :3] * alpha + bg * (1.0 - alpha)
 
 
-def _downscale(rgb: np.ndarray, factor: int, image_path: Path) -> np.ndarray:
+def downscale_image(rgb: np.ndarray, factor: int, image_path: Path) -> np.ndarray:
     """Area average over factor x factor blocks: [H, W, C] -> [H / factor, W / factor, C]."""
     if factor == 1:
         return np.ascontiguousarray(rgb, dtype=np.float32)

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .blender import SPLITS, DatasetError, Views, _background, _composite, _downscale, _frames, _matrix, _read_json, _read_png, load_blender
+from .blender import SPLITS, DatasetError, Views, background_rgb, composite_rgba, downscale_image, frame_list, frame_matrix, read_json, read_png, load_blender
 
 TRANSFORMS = "transforms.json"
 #: instant-ngp's defaults: its unit cube is the world box (p * scale + offset in [0, 1]).
@@ -121,13 +121,13 @@ def load_ngp(
         raise ValueError(f"limit must be a positive integer or None; got {limit!r}")
     if isinstance(holdout_every, bool) or not isinstance(holdout_every, int) or holdout_every < 2:
         raise ValueError(f"holdout_every must be an integer >= 2; got {holdout_every!r}")
-    bg = _background(background)
+    bg = background_rgb(background)
 
     json_path = Path(path) / TRANSFORMS
-    meta = _read_json(json_path)
+    meta = read_json(json_path)
     _check_world(meta, json_path)
     frames = sorted(
-        (_frame(meta, i, frame, json_path) for i, frame in _frames(meta, json_path)),
+        (_frame(meta, i, frame, json_path) for i, frame in frame_list(meta, json_path)),
         key=lambda f: f.name,
     )
     chosen = select(meta, frames, split, holdout_every, json_path)
@@ -136,10 +136,10 @@ def load_ngp(
 
     images, intrinsics = [], []
     for frame in chosen:
-        rgba = _read_png(frame.image)  # [H, W, 4], any format Pillow reads
+        rgba = read_png(frame.image)  # [H, W, 4], any format Pillow reads
         height, width = rgba.shape[:2]
         k = _intrinsics(frame, width, height, json_path)
-        images.append(_downscale(_composite(rgba, bg), downscale, frame.image))
+        images.append(downscale_image(composite_rgba(rgba, bg), downscale, frame.image))
         intrinsics.append([v / downscale for v in k])
     distortion = np.array([f.distortion for f in chosen], dtype=np.float64)
     sizes = np.array([image.shape[:2] for image in images], dtype=np.int64)  # [V, 2] (h, w)
@@ -282,7 +282,7 @@ def _frame(meta: dict, i: int, frame: dict, json_path: Path) -> Frame:
         index=i,
         name=name,
         image=image,
-        c2w=_matrix(frame, json_path, i),
+        c2w=frame_matrix(frame, json_path, i),
         camera=camera,
         distortion=tuple(float(camera[k] or 0.0) for k in DISTORTION),
         keys=keys,

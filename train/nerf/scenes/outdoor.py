@@ -32,7 +32,7 @@ from torch import Tensor
 import grid
 
 from ..data.cameras import look_at_origin
-from .textured import _hits, _paint
+from .textured import paint, surface_hits
 
 SUPERSAMPLE = 2
 STEP = 0.0  # ray-cast, not marched (scene.json's "step")
@@ -119,7 +119,7 @@ def _shade(o: Tensor, d: Tensor) -> Tensor:
 def _nearest(o: Tensor, d: Tensor, shade: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The nearest hit: (t [N], inf on a miss; what was hit [N]: 0 the object, 1 the
     ground, 2 + k building k; normal [N, 3]; albedo [N, 3] if `shade`)."""
-    t_obj, part, normal = _hits(o, d)  # the plinth disc, sphere, box
+    t_obj, part, normal = surface_hits(o, d)  # the plinth disc, sphere, box
     if not shade:  # shadow rays: the plinth (on the ground) casts nothing
         t_obj = torch.where(part == 0, math.inf, t_obj)
     t_ground = torch.where((d[:, 2] < 0) & (o[:, 2] > 0), -o[:, 2] / d[:, 2], math.inf)
@@ -149,7 +149,7 @@ def _nearest(o: Tensor, d: Tensor, shade: bool = True) -> tuple[Tensor, Tensor, 
     normal[on_box] = box_normal
     albedo = torch.zeros_like(p)
     on_object = torch.isfinite(t) & (kind == 0)
-    albedo[on_object] = _paint(p[on_object])
+    albedo[on_object] = paint(p[on_object])
     albedo[kind == 1] = _ground(p[kind == 1])
     colours = torch.tensor([b[3] for b in BUILDINGS])[k]
     bands = (p[on_box, 2] / (hi[k, 2] / 6)).floor().remainder(2)  # six bands a building

@@ -65,7 +65,7 @@ def capture_poses(
     return look_at_origin(position)
 
 
-def _hits(origins: Tensor, directions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def surface_hits(origins: Tensor, directions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Nearest hit of rays [N, 3]: (t [N], inf on a miss; shape index [N]: 0 disc,
     1 sphere, 2 box; normal [N, 3])."""
     n = origins.shape[0]
@@ -105,17 +105,17 @@ def _hits(origins: Tensor, directions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def render_rays(origins: Tensor, directions: Tensor) -> Tensor:
     """Colours [N, 3] in [0, 1] of rays [N, 3] (unit directions); white where they miss."""
-    t, shape, normal = _hits(origins, directions)
+    t, shape, normal = surface_hits(origins, directions)
     p = origins + t.clamp(max=1e3)[:, None] * directions
     rgb = torch.ones_like(p)
     light = torch.tensor(LIGHT, dtype=p.dtype) / torch.tensor(LIGHT).norm()
     shade = AMBIENT + DIFFUSE * (normal @ light).clamp_min(0)
     hit = torch.isfinite(t)
-    rgb[hit] = _paint(p[hit]) * shade[hit, None]
+    rgb[hit] = paint(p[hit]) * shade[hit, None]
     return rgb.clamp(0.0, 1.0)
 
 
-def _paint(points: Tensor) -> Tensor:
+def paint(points: Tensor) -> Tensor:
     """Albedo [N, 3] in [0.1, 0.9] at world points [N, 3]."""
     gen = torch.Generator().manual_seed(SEED)
     normalised = (points / 1.5).float()
