@@ -7,8 +7,8 @@
   `--level` (default 0.5: a sample there lets half the light through), i.e.
   `1 - exp(-sigma * interval) = level` with the model's own `interval` (`VoxelNeRF.alpha`).
   Since the model interpolates the raw density before its activation, that is the level
-  set `raw = raw_level` of the trilinear raw grid: marching cubes (the sdf experiment's
-  `train.mesh.level_set.zero_level_set`, scikit-image) on `raw_level - raw` puts each vertex on
+  set `raw = raw_level` of the trilinear raw grid: marching cubes (the one the sdf experiment
+  uses too, `train.mesh.level_set.zero_level_set`) on `raw_level - raw` puts each vertex on
   a voxel edge exactly where the trained field has alpha = level (but the few it adds
   inside ambiguous cells, the mean of their edge vertices), with normals pointing out of
   the dense region and triangles wound outwards.
