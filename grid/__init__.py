@@ -10,8 +10,9 @@ Examples:
     torch.Size([100, 4])
 """
 
-from . import reference
+from . import _backend, reference
 from ._version import __version__
+from .boxes import check_inside, lattice
 from .channels import channels_first, channels_last
 from .contraction import ContractedSamples, contract, sample_contracted, uncontract
 from .marching_cubes import marching_cubes
@@ -20,6 +21,7 @@ from .multires_ops import multires
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
 from .optim import MaskedAdam
+from .parameters import replace_data
 from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
 from .volrend import (
     accumulate_along_rays,
@@ -32,6 +34,10 @@ from .voxel_grid import VoxelGrid
 
 __all__ = [
     "VoxelGrid",
+    "build_info",
+    "replace_data",
+    "lattice",
+    "check_inside",
     "sample",
     "trilinear",
     "channels_last",
@@ -61,3 +67,17 @@ __all__ = [
     "MultiresGrid",
     "multires",
 ]
+
+
+def build_info() -> dict[str, str | bool]:
+    """How the native ops were loaded: `source` is "installed" (the built `grid._C`) or "jit"
+    (compiled from csrc/ at import, in a checkout without a build); `cuda_kernels` says whether
+    the CUDA kernels are in it. Runs record it (summary.json's `grid_ops`).
+
+    Examples:
+        >>> import grid
+        >>> info = grid.build_info()
+        >>> info["source"] in ("installed", "jit"), isinstance(info["cuda_kernels"], bool)
+        (True, True)
+    """
+    return {"source": _backend.source, "cuda_kernels": _backend.has_cuda_kernels}

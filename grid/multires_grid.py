@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ._boxes import _bounds
+from .boxes import _bounds
 from .multires_ops import multires
 from .reference import multires_level_is_dense
 

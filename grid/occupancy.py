@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _checks
-from ._boxes import _bounds, _resolution, check_inside, lattice
+from .boxes import _bounds, _resolution, check_inside, lattice
 
 
 class OccupancyGrid(nn.Module):

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import ops
-from ._boxes import _bounds, _resolution, check_inside, lattice
 from ._checks import plural
+from .boxes import _bounds, _resolution, check_inside, lattice
 from .ops import sample, total_variation, total_variation_add_grad_
+from .parameters import replace_data
 
 INITS = ("zeros", "normal", "uniform")
 PADDINGS = ("zeros", "border")
@@ -351,7 +352,7 @@ class VoxelGrid(nn.Module):
             return resized
 
         self._resize_state(optimizer, resize)
-        _replace_data(param, _resample(param.data, new))
+        replace_data(param, _resample(param.data, new))
 
     @torch.no_grad()
     def crop(
@@ -387,8 +388,28 @@ class VoxelGrid(nn.Module):
             return out.to(value.dtype).contiguous()
 
         self._resize_state(optimizer, resize)
-        _replace_data(self.features, resize(self.features.data, False))
+        replace_data(self.features, resize(self.features.data, False))
         self.bounds.copy_(box)
+
+    @torch.no_grad()
+    def add_(self, value: float | Tensor) -> None:
+        """Add `value` (a number, or a [F] tensor: one per feature channel) to every voxel's
+        features in place, outside autograd; the Parameter object stays. E.g. a density grid
+        whose activation reads `raw + shift` lowered everywhere at once.
+
+        Examples:
+            >>> import grid
+            >>> g = grid.VoxelGrid(2, 1, [[0, 0, 0], [1, 1, 1]], init="zeros")
+            >>> g.add_(-0.5)
+            >>> g.features.unique().tolist()
+            [-0.5]
+        """
+        if isinstance(value, Tensor) and value.shape not in ((), (self.get_out_dim(),)):
+            raise ValueError(
+                f"value: expected a number or a [{self.get_out_dim()}] tensor, "
+                f"got shape {list(value.shape)}"
+            )
+        self.features.add_(value)
 
     def _resize_state(self, optimizer, resize) -> None:
         """Replaces the optimiser's state tensors shaped like the features by
@@ -431,7 +452,7 @@ class VoxelGrid(nn.Module):
                 state_dict = {k: v for k, v in state_dict.items() if k != key}
             elif saved.shape != self.features.shape:
                 empty = torch.empty(saved.shape, dtype=saved.dtype, device=self.features.device)
-                _replace_data(self.features, empty)
+                replace_data(self.features, empty)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
@@ -469,18 +490,6 @@ def _box_map(bounds: Tensor) -> tuple[Tensor, Tensor]:
     """bounds [2, 3] -> (scale [3], shift [3]) mapping the box onto [-1, 1]."""
     scale = 2.0 / (bounds[1] - bounds[0])
     return scale, -bounds[0] * scale - 1.0
-
-
-def _replace_data(param: nn.Parameter, data: Tensor) -> None:
-    """Give `param` new data (any shape) in place, keeping the Parameter object."""
-    # Autograd caches the parameter's gradient accumulator, with the old shape, for
-    # as long as any graph that used it is alive (e.g. last step's `loss`); a plain
-    # `.data` swap keeps it and the next backward fails on the shape. set_data drops
-    # the cached accumulator when the dtype changes, so pass through another dtype.
-    other = torch.float64 if param.dtype != torch.float64 else torch.float32
-    param.data = torch.empty(0, dtype=other, device=param.device)
-    param.data = data
-    param.grad = None
 
 
 def _resample(features: Tensor, resolution: tuple[int, int, int]) -> Tensor:

@@ -23,7 +23,7 @@ def test_scene_table():
     assert "realistic" in names
     sizes = [s[3] for s in bench_scenes.SCENES]
     assert sizes.count(800) == 1 and set(sizes) == {400, 800}
-    from train.nerf.scan import LOOKS
+    from train.nerf.scenes.scan import LOOKS
 
     assert all(s[2] in LOOKS for s in bench_scenes.SCENES if s[1])
     assert bench_scenes.pick("cow_mirror,realistic") == [

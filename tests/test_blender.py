@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image  # installed with matplotlib
 
-from train.nerf.blender import DatasetError, Views, camera_rays, load_blender
+from train.nerf.data.blender import DatasetError, Views, camera_rays, load_blender
 
 ANGLE = 0.6911112070083618  # the original scenes' camera_angle_x
 

@@ -109,7 +109,7 @@ def records(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The two-rank commands, run once; returns (directory, per-rank records, models)."""
-    from train.nerf.generate import generate_scene
+    from train.nerf.scenes.generate import generate_scene
 
     d = tmp_path_factory.mktemp("ddp")
     scene = generate_scene(d / "scene", size=24, n_train=12, n_test=2)
@@ -298,7 +298,7 @@ CUDA_SETS = ("device=cuda", "train.cuda_graph=auto")
 def cuda_runs(tmp_path_factory):
     """The NeRF (captured steps with op-by-op measuring steps between them), the field and
     the SDF on two GPUs, run once."""
-    from train.nerf.generate import generate_scene
+    from train.nerf.scenes.generate import generate_scene
 
     d = tmp_path_factory.mktemp("ddp_cuda")
     scene = generate_scene(d / "scene", size=24, n_train=12, n_test=2)

@@ -69,7 +69,7 @@ def records(out: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory) -> Path:
-    from train.nerf.generate import generate_scene
+    from train.nerf.scenes.generate import generate_scene
 
     return generate_scene(tmp_path_factory.mktemp("scene") / "scene", size=24, n_train=12, n_test=2)
 

@@ -1,8 +1,8 @@
-"""bench/compare/dvgo/dvgo_llff.py on the CPU: the unbounded scene in LLFF's layout. The rows read
-back through the project's LLFF reader (train.nerf.orient.llff_poses) give the Blender cameras, the
-order makes llffhold = 8 hold out exactly the test views, and, where the anchor copy of DirectVoxGO
-is in the checkout, its own loader reads the folder and the config written for it (in a subprocess:
-its code is never imported here)."""
+"""bench/compare/dvgo/dvgo_llff.py on the CPU: the unbounded scene in LLFF's layout. The rows
+read back through the project's LLFF reader (train.nerf.capture.orient.llff_poses) give the
+Blender cameras, the order makes llffhold = 8 hold out exactly the test views, and, where the
+anchor copy of DirectVoxGO is in the checkout, its own loader reads the folder and the config
+written for it (in a subprocess: its code is never imported here)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
 from bench.compare.dvgo import dvgo_llff, dvgo_unbounded  # noqa: E402
-from train.nerf.blender import load_blender  # noqa: E402
-from train.nerf.generate import ensure_scene  # noqa: E402
-from train.nerf.orient import llff_poses, pose_errors  # noqa: E402
+from train.nerf.capture.orient import llff_poses, pose_errors  # noqa: E402
+from train.nerf.data.blender import load_blender  # noqa: E402
+from train.nerf.scenes.generate import ensure_scene  # noqa: E402
 
 ANCHOR = ROOT / ".anchors" / "dvgo"
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
 from bench.compare.dvgo import dvgo_unbounded, dvgo_v2_shims  # noqa: E402
 from train.metrics import psnr  # noqa: E402
-from train.nerf.blender import load_blender  # noqa: E402
+from train.nerf.data.blender import load_blender  # noqa: E402
 
 
 def random_rays(lengths: list[int], dtype: torch.dtype, seed: int = 0):

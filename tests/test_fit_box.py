@@ -9,13 +9,12 @@ import math
 import pytest
 import torch
 
-from grid import OccupancyGrid, VoxelGrid
-from grid._boxes import lattice
+from grid import OccupancyGrid, VoxelGrid, lattice
 from train.__main__ import main
 from train.config import ConfigError, load_config
 from train.nerf.evaluation import background_errors, background_metrics
-from train.nerf.fit_box import box_resolution
-from train.nerf.model import VoxelNeRF
+from train.nerf.model.fit_box import box_resolution
+from train.nerf.model.voxel_nerf import VoxelNeRF
 
 from .test_nerf import args_for, scene  # noqa: F401  (its scene fixture)
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 from bench.compare.gsplat import gsplat_scene  # noqa: E402
 from train.metrics import ssim  # noqa: E402
-from train.nerf.blender import Views, camera_rays  # noqa: E402
+from train.nerf.data.blender import Views, camera_rays  # noqa: E402
 
 
 def _views() -> Views:

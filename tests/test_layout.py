@@ -1,8 +1,12 @@
-"""The project's shape: one package per experiment, no import circles, short files."""
+"""The project's shape: one package per experiment, no import circles (annotation-only imports
+under TYPE_CHECKING count too), no private names of the library used outside it, each package
+saying what it offers, short files."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,37 +20,29 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The project modules `path` imports (anywhere, lazily too; not under TYPE_CHECKING)."""
+def _imported(path: Path) -> set[str]:
+    """Every module and `module.name` that `path` imports: anywhere (lazily too), under
+    TYPE_CHECKING too (an annotation-only tie is a tie), relative imports made absolute."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
 
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
-            if isinstance(child, ast.Import):
-                found.update(a.name for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                found.add(base)
-                found.update(f"{base}.{a.name}" for a in child.names)
-            visit(child)
 
-    visit(ast.parse(path.read_text()))
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules `path` imports (see `_imported`)."""
+    name = _module_name(path)
+    found = _imported(path)
     # A module's own packages are imported before it in any case: no edge to them.
     ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
     return {m for m in found if m in modules and m != name and m not in ancestors}
@@ -58,23 +54,47 @@ def _graph() -> dict[str, set[str]]:
     return {_module_name(p): _imports(p, modules) for p in files}
 
 
-def test_no_import_circles():
-    graph = _graph()
+def _find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `graph` (module -> the modules it imports), or None."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
-    def walk(node: str, path: list[str]) -> None:
+    def walk(node: str, path: list[str]) -> list[str] | None:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycle = path[path.index(nxt) :] + [nxt]
-                raise AssertionError("import circle: " + " -> ".join(cycle))
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
-                walk(nxt, path + [nxt])
+                found = walk(nxt, path + [nxt])
+                if found:
+                    return found
         state[node] = 2
+        return None
 
     for module in sorted(graph):
         if module not in state:
-            walk(module, [module])
+            found = walk(module, [module])
+            if found:
+                return found
+    return None
+
+
+def test_the_circle_finder_finds_circles():
+    assert _find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_circle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_annotation_only_imports_are_ties(tmp_path, monkeypatch):
+    """An import under TYPE_CHECKING is an edge of the graph (a circle through it is one)."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "pkg").mkdir()
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n"
+    (tmp_path / "pkg" / "a.py").write_text(source)
+    assert _imports(tmp_path / "pkg" / "a.py", {"pkg.a", "pkg.b"}) == {"pkg.b"}
+
+
+def test_no_import_circles():
+    circle = _find_circle(_graph())
+    assert circle is None, "import circle: " + " -> ".join(circle or [])
 
 
 def test_shared_training_code_names_no_experiment():
@@ -96,3 +116,77 @@ def test_shared_training_code_names_no_experiment():
 def test_one_package_per_experiment():
     flat = sorted(p.name for p in (ROOT / "train").glob("*.py"))
     assert not [n for n in flat if n.startswith(("nerf", "sdf", "field"))], flat
+
+
+def _private_grid_uses(path: Path) -> list[str]:
+    """The library's private names `path` uses: imports of `grid._x` or of `_x` from a grid
+    module, and attributes `grid._x`."""
+    uses = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            uses += [a.name for a in node.names if a.name.startswith("grid._")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            module = node.module
+            if module == "grid" or module.startswith("grid."):
+                if "._" in "." + module.removeprefix("grid"):
+                    uses.append(module)
+                uses += [f"{module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            if isinstance(node.value, ast.Name) and node.value.id == "grid":
+                uses.append(f"grid.{node.attr}")
+    return uses
+
+
+#: Private names of grid still read in train/, each to be made public or kept in train/.
+PRIVATE_GRID_KNOWN: dict[str, list[str]] = {}
+
+
+def test_train_uses_no_private_names_of_the_library():
+    found = {}
+    for path in sorted((ROOT / "train").rglob("*.py")):
+        uses = _private_grid_uses(path)
+        if uses:
+            found[str(path.relative_to(ROOT))] = uses
+    assert found == PRIVATE_GRID_KNOWN
+
+
+def test_the_private_name_finder_finds_them(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import grid._boxes\nfrom grid._boxes import lattice\n"
+        "from grid.voxel_grid import _replace_data\nx = grid._backend\n"
+        "from grid import lattice\n"
+    )
+    assert _private_grid_uses(path) == [
+        "grid._boxes",
+        "grid._boxes",
+        "grid.voxel_grid._replace_data",
+        "grid._backend",
+    ]
+
+
+def test_every_package_says_what_it_offers():
+    """Each package of train/ has a docstring (its design note: what lives there, what may
+    import it) and an `__all__` whose names it has."""
+    for init in sorted((ROOT / "train").rglob("__init__.py")):
+        name = _module_name(init)
+        tree = ast.parse(init.read_text())
+        assert ast.get_docstring(tree), f"{name}: no docstring"
+        module = importlib.import_module(name)
+        if name in ("train.field", "train.sdf", "train.viewer"):
+            continue  # no __all__ yet
+        assert module.__all__, f"{name}: no __all__"
+        missing = [n for n in module.__all__ if not hasattr(module, n)]
+        assert not missing, f"{name}.__all__ names what it lacks: {missing}"
+
+
+def test_nerf_renderers_take_functions_not_the_model():
+    """The renderers' arguments are rays, functions and plain values: none is a model."""
+    import inspect
+
+    from train.nerf.model import render_contracted, render_fused, render_torch
+
+    for render in (render_torch, render_fused, render_contracted):
+        parameters = inspect.signature(render).parameters
+        assert "model" not in parameters and "sigma_fn" in parameters, render.__name__
+        assert "rgb_fn" in parameters, render.__name__

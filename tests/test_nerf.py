@@ -44,7 +44,7 @@ def sets(*pairs: str) -> list[str]:
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory) -> Path:
     """The shipped scene at a tiny size, generated once for this module."""
-    from train.nerf.generate import generate_scene
+    from train.nerf.scenes.generate import generate_scene
 
     return generate_scene(tmp_path_factory.mktemp("scene") / "scene", size=24, n_train=12, n_test=2)
 

@@ -14,7 +14,8 @@ from PIL import Image
 
 from train.__main__ import main
 from train.config import ConfigError, load_config
-from train.nerf.appearance import Appearance, color_correct, pixel_views
+from train.nerf.data.rays import pixel_views
+from train.nerf.model.appearance import Appearance, color_correct
 
 from .test_nerf import args_for, scene  # noqa: F401  (the module's scene fixture)
 

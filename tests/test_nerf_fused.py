@@ -1,4 +1,4 @@
-"""VoxelNeRF's fused renderer (train/nerf/render.py) against the plain-PyTorch renderer, which
+"""VoxelNeRF's fused renderer (train/nerf/model/render.py) against the plain-PyTorch renderer, which
 tests/test_nerf_model_parity.py pins to the model's old code: the same samples, and in float64
 the same renders and gradients up to rounding; planned buffers (padding, dropped samples); no
 host synchronisation in a CUDA training step."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from train.nerf.model import VoxelNeRF
-from train.nerf.render import compact
+from train.nerf.model.capacity import compact
+from train.nerf.model.voxel_nerf import VoxelNeRF
 
 from ._helpers import needs_cuda
 from .test_nerf_model_parity import BOUNDS, model, rays

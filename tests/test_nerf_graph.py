@@ -15,7 +15,7 @@ from train.config import ConfigError, load_config
 from train.distributed import SINGLE
 from train.nerf.config import graph_problem
 from train.nerf.experiment import NerfExperiment
-from train.nerf.render import SampleCapacity
+from train.nerf.model.capacity import SampleCapacity
 from train.step_graph import GraphedStep, eager_step
 
 from ._helpers import needs_cuda
@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory) -> Path:
-    from train.nerf.generate import generate_scene
+    from train.nerf.scenes.generate import generate_scene
 
     return generate_scene(tmp_path_factory.mktemp("scene") / "scene", size=24, n_train=12, n_test=2)
 

@@ -1,11 +1,12 @@
-"""train/nerf/linear.py: the colour MLP's Linear against nn.Linear (values, gradients, autocast)."""
+"""train/nerf/model/linear.py: the colour MLP's Linear against nn.Linear (values, gradients,
+autocast)."""
 
 import pytest
 import torch
 from torch import nn
 
 from tests._helpers import DEVICES
-from train.nerf.linear import Linear
+from train.nerf.model.linear import Linear
 
 
 def pair(device, dtype=torch.float32):

@@ -1,4 +1,4 @@
-"""The NeRF experiment's optional losses (train/nerf/losses.py) on both renderers' per-sample
+"""The NeRF experiment's optional losses (train/nerf/model/losses.py) on both renderers' per-sample
 outputs, and the colour MLP in bfloat16 (`nerf.mlp_dtype`)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import torch
 
 from train.config import load_config
 from train.errors import ConfigError
-from train.nerf.losses import (
+from train.nerf.model.encoding import positional_encoding
+from train.nerf.model.losses import (
     auxiliary_losses,
     sample_color_loss,
     transmittance_entropy,
     view_consistency_loss,
 )
-from train.nerf.render import positional_encoding
 
 from .test_nerf_fused import pair
 from .test_nerf_model_parity import model, rays

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from grid import composite_weights
 from grid import ray_aabb as ray_box
-from train.nerf.model import VoxelNeRF, positional_encoding
+from train.nerf.model.encoding import positional_encoding
+from train.nerf.model.voxel_nerf import VoxelNeRF
 
 BOUNDS = ((-1.5, -1.5, -1.5), (1.5, 1.5, 1.5))
 
@@ -147,7 +148,7 @@ def test_resized_grids_train_on_after_a_backward(backend, dtype):
     """Upsample and crop after a backward whose graph is still alive: the next backward
     gets gradients of the new shape (autograd's cached accumulator is dropped for float64
     grids too)."""
-    from train.nerf.model import make_grid
+    from train.nerf.model.grids import make_grid
 
     g = make_grid(backend, (5, 6, 7), 2, [[-1, -1, -1], [1, 1, 1]], "cpu").to(dtype)
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """PARITY WITH THE NERF MODEL AS IT WAS BEFORE ITS RENDERING MOVED INTO THE LIBRARY (bitwise).
 
-`VoxelNeRF` (train/nerf/model.py) now renders with `grid.march_rays`, `grid.OccupancyGrid`,
+`VoxelNeRF` (train/nerf/model/) now renders with `grid.march_rays`, `grid.OccupancyGrid`,
 `grid.composite_weights` and `grid.composite`. The functions below are the model's own code
 from before that move, kept verbatim as the reference: the library and the model must give
 the same bits (samples, renders, gradients), so trained results do not change.
@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import grid
-from train.nerf.model import VoxelNeRF, positional_encoding
+from train.nerf.model.encoding import positional_encoding
+from train.nerf.model.voxel_nerf import VoxelNeRF
 
 # ---- the model's code before the move (reference) ------------------------------------
 

@@ -1,4 +1,4 @@
-"""train/nerf/rays.py: the training rays kept as view numbers, float32 directions and
+"""train/nerf/data/rays.py: the training rays kept as view numbers, float32 directions and
 float16 colours give back the rays and colours of `camera_rays` (views of one size and of
 several sizes), the box-crossing rays are those of a plain slab test, and the bytes a ray
 are what the module says."""
@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from train.nerf.blender import Views, camera_rays
-from train.nerf.rays import TrainingRays
+from train.nerf.data.blender import Views, camera_rays
+from train.nerf.data.rays import TrainingRays
 
 
 def _views(sizes: list[tuple[int, int]] | None = None, v: int = 3, h: int = 5, w: int = 7):

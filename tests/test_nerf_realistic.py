@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from train.nerf import generate, realistic, realistic_look, realistic_shapes
-from train.nerf.blender import Views, camera_rays, load_blender
-from train.nerf.generate import camera_poses, ensure_scene, generate_scene
-from train.nerf.realistic import STEP, WIDTH, render_rays, scene_field
-from train.nerf.scene import box_interval
-from train.nerf.waves import Waves, hash2
+from train.nerf.data.blender import Views, camera_rays, load_blender
+from train.nerf.scenes import generate, realistic, realistic_look, realistic_shapes
+from train.nerf.scenes.generate import camera_poses, ensure_scene, generate_scene
+from train.nerf.scenes.procedural import box_interval
+from train.nerf.scenes.realistic import STEP, WIDTH, render_rays, scene_field
+from train.nerf.scenes.waves import Waves, hash2
 
 TINY = {"size": 16, "n_train": 2, "n_val": 1, "n_test": 2, "seed": 3, "scene": "realistic"}
 

@@ -1,4 +1,4 @@
-"""The scan scenes (train/nerf/scan.py): a mesh placed on the realistic scene's base,
+"""The scan scenes (train/nerf/scenes/scan.py): a mesh placed on the realistic scene's base,
 sampled as a signed-distance grid, rendered in several looks; their scene.json and the
 config's errors. A small lumpy ellipsoid stands in for a scan, on a coarse grid."""
 
@@ -13,9 +13,9 @@ import torch
 
 from train.config import load_config
 from train.errors import ConfigError
-from train.nerf import generate, realistic_shapes, scan, scan_mesh
 from train.nerf.experiment import ensure_scene as ensure_config_scene
-from train.nerf.generate import (
+from train.nerf.scenes import generate, realistic_shapes, scan, scan_mesh
+from train.nerf.scenes.generate import (
     _to_png_bytes,
     camera_poses,
     ensure_scene,
@@ -23,7 +23,7 @@ from train.nerf.generate import (
     render_views,
     scene_metadata,
 )
-from train.nerf.scan_mesh import box_distance, place, read_mesh, upright
+from train.nerf.scenes.scan_mesh import box_distance, place, read_mesh, upright
 
 TINY = {"size": 16, "n_train": 1, "n_val": 1, "n_test": 1, "seed": 0, "scene": "scan"}
 LOOKS = ("glossy", "mirror", "rough", "translucent", "large")

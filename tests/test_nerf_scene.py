@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from train.nerf import generate, scene
-from train.nerf.blender import Views, camera_rays, load_blender
-from train.nerf.generate import camera_poses, ensure_scene, generate_scene
-from train.nerf.scene import SCENE_BOUNDS, STEP, box_interval, render_rays, scene_field
+from train.nerf.data.blender import Views, camera_rays, load_blender
+from train.nerf.scenes import generate
+from train.nerf.scenes import procedural as scene
+from train.nerf.scenes.generate import camera_poses, ensure_scene, generate_scene
+from train.nerf.scenes.procedural import SCENE_BOUNDS, STEP, box_interval, render_rays, scene_field
 
 TINY = {"size": 16, "n_train": 3, "n_val": 2, "n_test": 2, "seed": 3}
 

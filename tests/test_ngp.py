@@ -1,5 +1,6 @@
-"""The instant-ngp / nerfstudio reader (`train.nerf.ngp`) and its cameras (`train.nerf.cameras`)
-on hand-made scenes, and a scene trained in both layouts to the same PSNR."""
+"""The instant-ngp / nerfstudio reader (`train.nerf.data.ngp`) and its cameras
+(`train.nerf.data.cameras`) on hand-made scenes, and a scene trained in both layouts to the
+same PSNR."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from PIL import Image  # installed with matplotlib
 
 from train.__main__ import main
 from train.config import ConfigError, load_config
-from train.nerf.blender import DatasetError, Views, camera_rays, load_blender
-from train.nerf.cameras import distort, pixel_directions, undistort
-from train.nerf.ngp import layout, load_ngp, load_views, ngp_box
+from train.nerf.data.blender import DatasetError, Views, camera_rays, load_blender
+from train.nerf.data.cameras import distort, pixel_directions, undistort
+from train.nerf.data.ngp import layout, load_ngp, load_views, ngp_box
 
 from .test_blender import pose, random_rgba, write_scene
 
@@ -153,7 +154,8 @@ def test_png_extension_may_be_left_out(tmp_path):
 
 
 def test_to_ngp_and_bounds_command_lines(tmp_path, capsys):
-    from train.nerf import bounds, to_ngp
+    from train.nerf.capture import bounds
+    from train.nerf.data import to_ngp
 
     write_scene(tmp_path / "blender", [random_rgba(0), random_rgba(1)], split="train")
     write_scene(tmp_path / "blender", [random_rgba(2)], split="test")
@@ -408,8 +410,8 @@ def train_psnr(scene: Path, out: Path) -> float:
 
 
 def test_the_ngp_layout_trains_to_the_blender_psnr(tmp_path):
-    from train.nerf.generate import generate_scene
-    from train.nerf.to_ngp import write_ngp as convert
+    from train.nerf.data.to_ngp import write_ngp as convert
+    from train.nerf.scenes.generate import generate_scene
 
     blender = generate_scene(tmp_path / "blender", size=16, n_train=20, n_val=1, n_test=2)
     ngp = convert(blender, tmp_path / "ngp")  # RGB PNGs on white, fl_x ... h, split lists
@@ -418,7 +420,7 @@ def test_the_ngp_layout_trains_to_the_blender_psnr(tmp_path):
     assert {"fl_x", "fl_y", "cx", "cy", "w", "h", "train_filenames", "test_filenames"} <= set(meta)
     with Image.open(ngp / meta["frames"][0]["file_path"]) as image:
         assert image.mode == "RGB"
-    from train.nerf.bounds import read_poses, suggest_bounds
+    from train.nerf.capture.bounds import read_poses, suggest_bounds
 
     box = suggest_bounds(read_poses(ngp))  # cameras 4 from the origin, looking at it
     np.testing.assert_allclose(box, [[-1.5] * 3, [1.5] * 3], atol=1e-6)

@@ -1,5 +1,5 @@
-"""Poses from images (`python -m train.nerf.poses`): COLMAP on views the project renders
-(`train.nerf.textured`), checked against the true cameras; COLMAP models and LLFF files;
+"""Poses from images (`python -m train.nerf.capture.poses`): COLMAP on views the project renders
+(`train.nerf.scenes.textured`), checked against the true cameras; COLMAP models and LLFF files;
 bad captures (one line naming the file, exit code 2, nothing written)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 import torch
 from PIL import Image
 
-from train.nerf import textured
-from train.nerf.generate import look_at_origin
-from train.nerf.ngp import load_ngp
-from train.nerf.orient import orient, pose_errors, to_llff
-from train.nerf.poses import main
+from train.nerf.capture.orient import orient, pose_errors, to_llff
+from train.nerf.capture.poses import main
+from train.nerf.data.ngp import load_ngp
+from train.nerf.scenes import textured
+from train.nerf.scenes.generate import look_at_origin
 
 VIEWS, SIZE = 32, 200
 SCENE_SIZE = 3.0  # the world box [-1.5, 1.5]^3 the scene sits in
@@ -220,7 +220,7 @@ def refused(capsys, folder, *names, extra=()) -> str:
     out = folder.parent / "scene"
     code, stdout, err = run(capsys, folder, "--out", out, *extra)
     assert code == 2, (stdout, err)
-    assert err.count("\n") == 1 and err.startswith("python -m train.nerf.poses: "), err
+    assert err.count("\n") == 1 and err.startswith("python -m train.nerf.capture.poses: "), err
     for name in names:
         assert name in err, err
     assert not out.exists() and not list(folder.parent.glob(".scene.tmp*"))

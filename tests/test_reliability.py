@@ -26,7 +26,7 @@ from train.distributed import World
 from train.errors import OutputFileError
 from train.interrupt import AGREE_EVERY, Interrupted, StopCheck, StopSignals
 from train.memory import available_bytes, check_memory, is_out_of_memory, needs
-from train.nerf.blender import DatasetError, load_blender
+from train.nerf.data.blender import DatasetError, load_blender
 
 from .test_blender import random_rgba, write_scene
 from .test_train import TINY, final_state, one_line_error, sets, without_timing

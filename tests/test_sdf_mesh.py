@@ -1,5 +1,5 @@
-"""train/sdf/mesh.py: exact distances to a mesh, the zero level set's vertices on the
-field's zero set, and the relaxed meshes (`sdf.relax`)."""
+"""train/mesh/ (distance.py, level_set.py): exact distances to a mesh, the zero level set's
+vertices on the field's zero set, and the relaxed meshes (`sdf.relax`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import torch
 
 
 def test_distance_to_mesh_is_exact():
-    from train.sdf.mesh import Mesh, distance_to_mesh, point_triangle_distance
+    from train.mesh.distance import distance_to_mesh, point_triangle_distance
+    from train.mesh.triangles import Mesh
 
     rng = np.random.default_rng(0)
     vertices = rng.normal(size=(300, 3))
@@ -30,7 +31,7 @@ def test_distance_to_mesh_is_exact():
 @pytest.mark.parametrize("interpolation", ["linear", "smoothstep"])
 def test_mesh_vertices_lie_on_the_fields_zero_set(interpolation):
     from grid import VoxelGrid
-    from train.sdf.mesh import zero_level_set
+    from train.mesh.level_set import zero_level_set
 
     model = VoxelGrid(9, 1, init="zeros", interpolation=interpolation)
     lin = torch.linspace(-1, 1, 9)
@@ -55,7 +56,7 @@ def test_relaxed_meshes_stay_on_the_zero_set_and_face_the_surface_better(interpo
     centres move off it: 1.42e-3 -> 1.72e-3 of the radius at 33^3, linear; a fitted field's
     zero set is where the points are, and there the distances fall.)"""
     from grid import VoxelGrid
-    from train.sdf.mesh import zero_level_set
+    from train.mesh.level_set import zero_level_set
 
     model = VoxelGrid(33, 1, init="zeros", interpolation=interpolation)
     lin = torch.linspace(-1, 1, 33)

@@ -6,8 +6,8 @@ import torch
 
 from grid import marching_cubes
 from train.config import load_config
+from train.mesh.triangles import Mesh
 from train.sdf import pictures
-from train.sdf.mesh import Mesh
 
 
 def _torus() -> Mesh:

@@ -20,8 +20,8 @@ TORUS = {"major_radius": 0.55, "minor_radius": 0.2, "center": [0.1, 0.0, 0.0]}
 
 
 def uv_sphere(radius: float, n: int = 48, center=(0.0, 0.0, 0.0)):
-    """A closed UV sphere mesh (train.sdf.mesh.Mesh) of 2n x n quads."""
-    from train.sdf.mesh import Mesh
+    """A closed UV sphere mesh (train.mesh.triangles.Mesh) of 2n x n quads."""
+    from train.mesh.triangles import Mesh
 
     u = np.linspace(0, 2 * math.pi, 2 * n, endpoint=False)
     v = np.linspace(0, math.pi, n + 1)[1:-1]
@@ -189,7 +189,9 @@ def test_noisy_points_stop_the_grid_where_it_would_follow_the_noise(tmp_path, ca
 
 def test_unsupported_components_are_removed():
     from grid import VoxelGrid
-    from train.sdf.mesh import face_components, supported_components, zero_level_set
+    from train.mesh.distance import supported_components
+    from train.mesh.level_set import zero_level_set
+    from train.mesh.triangles import face_components
 
     n = 33
     lin = torch.linspace(-1, 1, n)
@@ -216,7 +218,8 @@ def test_unsupported_components_are_removed():
 
 def test_sign_islands_below_the_size_are_filled():
     from grid import VoxelGrid
-    from train.sdf.mesh import face_components, fill_sign_islands, zero_level_set
+    from train.mesh.level_set import fill_sign_islands, zero_level_set
+    from train.mesh.triangles import face_components
 
     n = 40
     lin = torch.linspace(-1, 1, n)
@@ -250,7 +253,7 @@ def _faces(mesh):
 
 
 def test_scores_of_two_concentric_spheres():
-    from train.sdf.scoring import score_mesh
+    from train.mesh.scoring import score_mesh
 
     inner, outer = uv_sphere(0.5), uv_sphere(0.52)
     s = score_mesh(outer, inner, box_size=2.0, samples=4000)
@@ -272,7 +275,7 @@ def test_scores_of_two_concentric_spheres():
 
 
 def test_the_exact_grid_sdf_of_a_mesh():
-    from train.sdf.mesh_sdf import grid_sdf
+    from train.mesh.signed_distance import grid_sdf
     from train.shapes import Sphere
 
     mesh = uv_sphere(0.6, n=64)

@@ -12,7 +12,7 @@ import torch
 
 import train.sdf.experiment as experiment
 from grid.voxel_grid import VoxelGrid
-from train.sdf.mesh import zero_level_set
+from train.mesh.level_set import zero_level_set
 from train.sdf.points import PointCloud
 from train.sdf.winding import point_areas, winding_numbers
 

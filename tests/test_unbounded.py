@@ -13,8 +13,8 @@ import grid
 from grid.contraction import CONTRACTED_BOUNDS, KINDS
 from train.__main__ import main
 from train.config import ConfigError, load_config
-from train.nerf import forward, generate, outdoor
-from train.nerf.model import VoxelNeRF
+from train.nerf.model.voxel_nerf import VoxelNeRF
+from train.nerf.scenes import forward, generate, outdoor
 
 LO, HI = (-1.0, -2.0, -0.5), (3.0, 2.0, 1.5)  # a box of unequal sides, off the origin
 CENTRE = torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64)

@@ -29,7 +29,7 @@ from train.camera_path import read_camera_path, shape_path
 from train.checkpoint import load_checkpoint
 from train.config import load_config
 from train.nerf import view as nerf_view
-from train.nerf.blender import camera_rays
+from train.nerf.data.blender import camera_rays
 
 CPU = torch.device("cpu")
 TINY = [
@@ -100,7 +100,7 @@ def free_port() -> int:
 def test_a_test_camera_renders_as_the_run_renders_its_test_view(trained):
     """The camera model (vertical fov, square pixels, centred) is the test views' own."""
     config, model, background, home = trained
-    from train.nerf.ngp import load_views
+    from train.nerf.data.ngp import load_views
 
     views = load_views(Path(config.data.path), "test", background=tuple(config.data.background))
     origins, directions = camera_rays(views, 0)

@@ -76,4 +76,4 @@ def grid_ops() -> str:
     """Where grid's ops come from ("installed", a build folder, ...): summary.json's "grid_ops"."""
     import grid
 
-    return grid._backend.source if hasattr(grid, "_backend") else ""
+    return str(grid.build_info()["source"])

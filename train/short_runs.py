@@ -8,15 +8,12 @@ to the run and says so in one line; a run as long as its config is untouched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .schema import toml_value
 
-if TYPE_CHECKING:
-    from .config import Config
 
-
-def fit_schedule(config: Config, planned: int, set_keys: set[str], tables: dict[str, type]) -> str:
+def fit_schedule(config: Any, planned: int, set_keys: set[str], tables: dict[str, type]) -> str:
     """Scale a schedule written for `planned` steps to a shorter run that it does not fit.
 
     When train.steps is below `planned` (the config's own train.steps, before `--set`) and
@@ -27,6 +24,7 @@ def fit_schedule(config: Config, planned: int, set_keys: set[str], tables: dict[
     runs any config, in the same shape. Returns the line saying what was scaled ("": the
     schedule fits, nothing changed). A full-length run is untouched.
 
+    config: the run's `train.config.Config` (typed loosely: config.py imports this module).
     tables: the tables `config` has, name -> their dataclass.
     """
     steps = config.train.steps

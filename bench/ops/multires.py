@@ -26,9 +26,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid
-from bench.harness import Ctx, free_memory, rel_err  # noqa: E402
-
 import grid  # noqa: E402
+from bench.harness import Ctx, free_memory, rel_err  # noqa: E402
 from grid import reference  # noqa: E402
 
 L, FEATURES, LOG2_T, BASE, FINEST = 16, 2, 19, 16, 2048

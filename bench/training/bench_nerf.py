@@ -61,8 +61,8 @@ from train.config import load_config  # noqa: E402
 from train.distributed import SINGLE  # noqa: E402
 from train.loop import select_device  # noqa: E402
 from train.nerf.experiment import NerfExperiment, make_model  # noqa: E402
-from train.nerf.model import VoxelNeRF  # noqa: E402
-from train.nerf.render import SampleCapacity  # noqa: E402
+from train.nerf.model.capacity import SampleCapacity  # noqa: E402
+from train.nerf.model.voxel_nerf import VoxelNeRF  # noqa: E402
 from train.step_graph import GraphedStep, eager_step  # noqa: E402
 
 

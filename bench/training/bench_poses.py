@@ -1,4 +1,4 @@
-"""P1: camera poses from images (`python -m train.nerf.poses`, COLMAP through pycolmap) on
+"""P1: camera poses from images (`python -m train.nerf.capture.poses`, COLMAP through pycolmap) on
 views the project renders, against the true cameras.
 
     python bench/training/bench_poses.py [--scene realistic|textured|unbounded] [--size 400]
@@ -7,11 +7,12 @@ views the project renders, against the true cameras.
         [--camera-model SIMPLE_RADIAL] [--max-error PX]
         [--train CONFIG [--set KEY=VALUE ...] [--work DIR]]
 
-The realistic scene (`train.nerf.realistic`, what `train.nerf.generate --scene realistic`
-renders) at 400x400 from 100 cameras of its training spiral (radius 4, elevations -20 to 75
-degrees, `train.nerf.generate.camera_poses`), composited onto white as a photo would be;
-or the quick textured scene of the tests (`train.nerf.textured`); or the unbounded scene
-(`train.nerf.outdoor`: an object on ground to the horizon, buildings, a sky; its training
+The realistic scene (`train.nerf.scenes.realistic`, what
+`train.nerf.scenes.generate --scene realistic` renders) at 400x400 from 100 cameras of its
+training spiral (radius 4, elevations -20 to 75 degrees,
+`train.nerf.scenes.generate.camera_poses`), composited onto white as a photo would be; or the
+quick textured scene of the tests (`train.nerf.scenes.textured`); or the unbounded scene
+(`train.nerf.scenes.outdoor`: an object on ground to the horizon, buildings, a sky; its training
 orbit, radius 2.6 to 4 and height 0.3 to 2, opaque images). Rendering the realistic
 views takes minutes (about 10 s a view on one busy CPU core; far less on a GPU with --device
 cuda): they are cached in --cache (default bench/results/poses_<scene>_<size>_<views>/), one
@@ -27,7 +28,7 @@ the pose command (rendering not included).
 `--train CONFIG` then trains CONFIG twice on the registered views (`python -m train`, with
 `data.path` set and `data.generate = false`; `--set` goes to both): on the command's scene
 (estimated poses and intrinsics) and on the same photos with their true poses and the
-renderer's pinhole, oriented, centred and scaled by the same `train.nerf.orient` as the
+renderer's pinhole, oriented, centred and scaled by the same `train.nerf.capture.orient` as the
 command does. Both hold out the same test views (every `data.holdout_every`-th in name
 order), so their test PSNRs differ by what the pose error costs. `--work DIR` keeps the
 photos, both scenes and both runs (default: a temporary folder).
@@ -55,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from train.nerf.orient import orient, pose_errors  # noqa: E402
+from train.nerf.capture.orient import orient, pose_errors  # noqa: E402
 
 SCENE_SIZES = {"realistic": 3.0, "textured": 3.0, "unbounded": 8.0}  # see the docstring
 
@@ -66,15 +67,15 @@ def render(scene: str, size: int, views: int, cache: Path, device: str) -> np.nd
 
     cache.mkdir(parents=True, exist_ok=True)
     if scene == "textured":
-        from train.nerf import textured
+        from train.nerf.scenes import textured
 
         c2w = textured.capture_poses(views)
     elif scene == "unbounded":
-        from train.nerf import outdoor
+        from train.nerf.scenes import outdoor
 
         c2w = outdoor.camera_poses(views, 1, 1, seed=0)["train"]
     else:
-        from train.nerf.generate import camera_poses
+        from train.nerf.scenes.generate import camera_poses
 
         c2w = camera_poses(views, 1, 1, seed=0)["train"]
     np.save(cache / "c2w.npy", c2w.numpy())
@@ -84,12 +85,12 @@ def render(scene: str, size: int, views: int, cache: Path, device: str) -> np.nd
             continue
         start = time.perf_counter()
         if scene == "textured":
-            from train.nerf import textured
+            from train.nerf.scenes import textured
 
             rgb = textured.render_views(c2w[k : k + 1], size)[0]
             rgba = torch.cat([rgb, torch.ones_like(rgb[..., :1])], dim=-1)
         else:
-            from train.nerf.generate import render_views
+            from train.nerf.scenes.generate import render_views
 
             rgba = render_views(c2w[k : k + 1], size, device=device, scene=scene)[0]
         pixels = (rgba.numpy() * 255 + 0.5).clip(0, 255).astype(np.uint8)
@@ -121,7 +122,7 @@ def measure(
 ) -> dict:
     """Runs the pose command on the cached views (photos in work/photos, its scene in
     work/scene) and scores it against `truth`."""
-    from train.nerf.poses import main
+    from train.nerf.capture.poses import main
 
     images, out = work / "photos", work / "scene"
     photos(cache, views, images)
@@ -161,8 +162,8 @@ def view_index(frame: dict) -> int:
 def true_scene(truth: np.ndarray, scene: str, size: int, work: Path) -> Path:
     """work/scene_true: the registered views' photos with their true poses (oriented as the
     pose command orients its own) and the renderer's pinhole intrinsics."""
-    from train.nerf.cameras import CAMERA_ANGLE_X
-    from train.nerf.generate import scene_module
+    from train.nerf.data.cameras import CAMERA_ANGLE_X
+    from train.nerf.scenes.generate import scene_module
 
     estimated = json.loads((work / "scene" / "transforms.json").read_text())
     index = [view_index(f) for f in estimated["frames"]]

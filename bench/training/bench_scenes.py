@@ -8,7 +8,7 @@ decided on the mean over scenes, not on the one scene it was tuned on.
 
 The scenes (SCENES): the realistic scene (`data.scene = "realistic"`, the one the configs
 were tuned on) and scanned meshes in several looks (`data.scene = "scan"`,
-train/nerf/scan.py), 400x400, one at 800x800; 100 training and 25 test views each (the
+train/nerf/scenes/scan.py), 400x400, one at 800x800; 100 training and 25 test views each (the
 config's). The meshes are CGAL's demo data: Debian's `libcgal-demo` package installs them
 in /usr/share/doc/libcgal-dev/data.tar.gz (unpack it: `tar xzf ... data/meshes`); --meshes
 names the folder holding the .off files (or its `data/meshes`). Nothing is downloaded.

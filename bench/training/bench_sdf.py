@@ -16,7 +16,7 @@ surface keeps a tenth of its points), holes (three holes of radius 5% of the box
 estimated (the same points without normals: the fit estimates them, points.normals; the
 Poisson row of this variant reconstructs from the same estimated normals).
 
-Methods, one row each, scored by train/sdf/scoring.py (exact point-to-triangle distances
+Methods, one row each, scored by train/mesh/scoring.py (exact point-to-triangle distances
 between 100k area samples of each mesh and the other: Chamfer-L1 over the box size, the
 99th percentile of those distances, normal consistency, F-score at 0.5% of the box,
 components, debris faces):
@@ -28,7 +28,7 @@ components, debris faces):
     poisson  Open3D's screened Poisson reconstruction (depth --poisson-depth, 9), an
              optional bench dependency (`pip install open3d`); absent, the rows say so
     limit    marching cubes on the exact SDF of the true mesh sampled on the same grid
-             (train/sdf/mesh_sdf.py; analytic for the shapes): the best a dense grid of
+             (train/mesh/signed_distance.py; analytic for the shapes): the best a dense grid of
              that resolution can do (clean input only: it does not read the points)
 """
 
@@ -68,9 +68,11 @@ from bench.training.sdf_inputs import (  # noqa: E402
 
 from grid.voxel_grid import VoxelGrid  # noqa: E402
 from train.config import load_config  # noqa: E402
-from train.sdf.mesh import Mesh, distance_to_mesh, zero_level_set  # noqa: E402
-from train.sdf.mesh_sdf import grid_sdf  # noqa: E402
-from train.sdf.scoring import face_components, score_mesh  # noqa: E402
+from train.mesh.distance import distance_to_mesh  # noqa: E402
+from train.mesh.level_set import zero_level_set  # noqa: E402
+from train.mesh.scoring import score_mesh  # noqa: E402
+from train.mesh.signed_distance import grid_sdf  # noqa: E402
+from train.mesh.triangles import Mesh, face_components  # noqa: E402
 from train.shapes import Box, Sphere, Torus  # noqa: E402
 
 #: The config of our fit per device, and the overrides for each resolution it runs at.
@@ -126,7 +128,7 @@ def fit_ours(
 
 
 def read_ply_mesh(path: Path) -> Mesh:
-    """The mesh.ply a run writes (`train.sdf.mesh.write_ply`: binary, vertices x y z nx ny
+    """The mesh.ply a run writes (`train.mesh.triangles.write_ply`: binary, vertices x y z nx ny
     nz as float, triangles as a uchar count and 3 ints), read with numpy alone."""
     data = path.read_bytes()
     end = data.index(b"end_header\n") + len(b"end_header\n")
@@ -299,7 +301,7 @@ def estimated_normals(points: np.ndarray, normals: np.ndarray) -> tuple[dict[str
 
 
 class Scorer:
-    """Scores meshes against one true mesh (train/sdf/scoring.py) into bench rows."""
+    """Scores meshes against one true mesh (train/mesh/scoring.py) into bench rows."""
 
     def __init__(self, truth: Mesh, args: argparse.Namespace) -> None:
         self.truth, self.args = truth, args

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from train.nerf.scan_mesh import read_off
-from train.sdf.mesh import Mesh
-from train.sdf.scoring import face_normals, sample_mesh
+from train.mesh.scoring import face_normals, sample_mesh
+from train.mesh.triangles import Mesh
+from train.nerf.scenes.scan_mesh import read_off
 
 #: Where `apt-get install libcgal-demo` puts CGAL's data archive.
 CGAL_ARCHIVE = Path("/usr/share/doc/libcgal-dev/data.tar.gz")

@@ -1,13 +1,26 @@
 """The nerf experiment: a radiance field trained from posed images.
 
-Modules: `config` (the `[data]` and `[nerf]` tables), `blender` (the Blender-format reader,
-camera rays), `scene` (the shipped procedural scene and its generator), `model`
-(`VoxelNeRF`, the worked example built on the library's rendering parts), `experiment`
-(`NerfExperiment`), `pictures` (test_views.png, curves.png, turntable.gif), `ngp` (the
-instant-ngp / nerfstudio `transforms.json` reader), `cameras` (per-view intrinsics, lens
-distortion), `to_ngp` (a Blender scene rewritten as transforms.json), `export` (the
-density's level set as a mesh, for `python -m train.export`), `view` (any camera's render:
-`grid-train view` and `grid-train render`).
+What lives where (each subpackage's own docstring says more):
+
+* here, the experiment: `config` (the `[data]` and `[nerf]` tables), `choices` (the names
+  their options choose from, shared with the model), `experiment` (`NerfExperiment`, the
+  loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures` (test_views.png,
+  curves.png, turntable.gif), `export` (the density's level set as a mesh, for
+  `python -m train.export`), `view` (any camera's render: `grid-train view` and
+  `grid-train render`);
+* `model/`: `VoxelNeRF`, its renderers (which take the functions the model hands them),
+  losses, per-image appearance, the fitted box;
+* `data/`: the Blender and instant-ngp / nerfstudio readers, cameras, the training rays;
+* `scenes/`: the project's procedural and scanned scenes (`python -m
+  train.nerf.scenes.generate`);
+* `capture/`: poses from photos (`python -m train.nerf.capture.poses`), their orientation,
+  a box from the cameras (`python -m train.nerf.capture.bounds`).
+
+Floors, lowest first (a module imports only from floors below its own): `data`, `choices`,
+`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config` -> `model` (which reads
+`config` for annotations only) -> `pictures` -> `experiment` -> `export` -> `view`.
+Shared code of `train` imports this package only through the registry
+(`train.experiments`), by the names in `SPEC`.
 """
 
 from __future__ import annotations
@@ -20,6 +33,8 @@ from .config import DataConfig, NerfConfig, memory, validate
 
 if TYPE_CHECKING:
     from ..config import Config
+
+__all__ = ["SPEC", "dependencies"]
 
 
 def dependencies(config: Config) -> None:

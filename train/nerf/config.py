@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..schema import Need, doc, grid_need, largest_grid, positive
+from .choices import CONTRACTIONS, MLP_DTYPES, RENDERERS
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -14,12 +15,8 @@ if TYPE_CHECKING:
 
 #: Values of `nerf.optimizer`.
 OPTIMIZERS = ("adam", "masked_adam")
-#: Values of `nerf.mlp_dtype`.
-MLP_DTYPES = ("float32", "bfloat16")
-#: Values of `nerf.appearance` (train/nerf/appearance.py).
+#: Values of `nerf.appearance` (train/nerf/model/appearance.py).
 APPEARANCES = ("off", "affine")
-#: Values of `nerf.contraction`.
-CONTRACTIONS = ("none", "sphere", "cube")
 
 
 @dataclass
@@ -40,12 +37,13 @@ class DataConfig:
     scene: str = doc(
         "nerf, generated scene: `procedural` (a few analytic solids, easy to fit), "
         "`realistic` (sculpted and thin parts, fine textures, glass, mirror reflections: "
-        "train/nerf/realistic.py), `unbounded` (an object on textured ground that runs to the "
-        "horizon, distant buildings, a sky, shadows; cameras on a full orbit: "
-        "train/nerf/outdoor.py), `forward` (the same world seen by forward-facing cameras on "
-        "a small patch, LLFF-style: train/nerf/forward.py) or `scan` (the mesh `scene_mesh` "
+        "train/nerf/scenes/realistic.py), `unbounded` (an object on textured ground that runs to "
+        "the horizon, distant buildings, a sky, shadows; cameras on a full orbit: "
+        "train/nerf/scenes/outdoor.py), `forward` (the same world seen by forward-facing cameras "
+        "on a small patch, LLFF-style: train/nerf/scenes/forward.py) or `scan` (the mesh "
+        "`scene_mesh` "
         "in the look `scene_look`, under the realistic scene's light and cameras: "
-        "train/nerf/scan.py).",
+        "train/nerf/scenes/scan.py).",
         "procedural",
     )
     scene_mesh: str = doc(
@@ -182,7 +180,7 @@ class NerfConfig:
         "nerf: `off`, or `affine`: each training image gets its own colour transform of the "
         "render (a 3x3 matrix and an offset, learnt), for captures whose exposure or white "
         "balance changes from image to image; test views are then scored after a per-image "
-        "least-squares affine colour correction (`train/nerf/appearance.py`).",
+        "least-squares affine colour correction (`train/nerf/model/appearance.py`).",
         "off",
     )
     appearance_weight: float = doc(
@@ -232,7 +230,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     d, n = c.data, c.nerf
     if not d.path:
         raise ConfigError("data.path: required (a Blender-format scene directory)")
-    from .generate import SCENES
+    from .scenes.generate import SCENES
 
     if d.scene not in SCENES:
         raise ConfigError(f"data.scene: expected one of {', '.join(SCENES)}, got {d.scene!r}")
@@ -264,7 +262,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(
             f"nerf.mlp_dtype: expected one of {', '.join(MLP_DTYPES)}, got {n.mlp_dtype!r}"
         )
-    if n.renderer not in ("auto", "fused", "torch"):
+    if n.renderer not in RENDERERS:
         raise ConfigError(f"nerf.renderer: expected auto, fused or torch, got {n.renderer!r}")
     for key in ("alpha_init", "occupancy_threshold", "weight_threshold"):
         value = getattr(n, key)
@@ -322,8 +320,8 @@ def validate_scan(d: DataConfig) -> None:
     """`data.scene_mesh`, `scene_look`, `scene_up` of a generated scan scene."""
     from pathlib import Path
 
-    from .scan import LOOKS
-    from .scan_mesh import MESH_SUFFIXES, UP_AXES
+    from .scenes.scan import LOOKS
+    from .scenes.scan_mesh import MESH_SUFFIXES, UP_AXES
 
     if not d.scene_mesh:
         raise ConfigError("data.scene_mesh: required with data.scene = 'scan' (an .off or .ply)")
@@ -343,7 +341,7 @@ def validate_scan(d: DataConfig) -> None:
 
 
 def scene_args(d: DataConfig) -> dict:
-    """`train.nerf.generate`'s scene arguments for `data`: `scene`, and `scan` (the mesh,
+    """`train.nerf.scenes.generate`'s scene arguments for `data`: `scene`, and `scan` (the mesh,
     look and up axis of a scan scene; None for the others)."""
     scan = {"mesh": d.scene_mesh, "look": d.scene_look, "up": d.scene_up}
     return {"scene": d.scene, "scan": scan if d.scene == "scan" else None}

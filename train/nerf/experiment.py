@@ -1,19 +1,19 @@
-"""The NeRF experiment: a radiance field (`train.nerf_model.VoxelNeRF`) from posed images.
+"""The NeRF experiment: a radiance field (`train.nerf.model.VoxelNeRF`) from posed images.
 
 What it adds to the loop skeleton (`train.loop`):
 
-* data: a Blender-format scene (`train.nerf.blender`), an instant-ngp / nerfstudio
-  `transforms.json` (`train.nerf.ngp`) or a project scene (`data.scene`, generated into
+* data: a Blender-format scene (`train.nerf.data.blender`), an instant-ngp / nerfstudio
+  `transforms.json` (`train.nerf.data.ngp`) or a project scene (`data.scene`, generated into
   `data.path` on first use: `ensure_scene`); every training pixel's ray precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density
-  and the losses of `train.nerf.losses` (DirectVoxGO's `nerf.sample_color_weight` and
+  and the losses of `train.nerf.model.losses` (DirectVoxGO's `nerf.sample_color_weight` and
   `nerf.entropy_weight`, `nerf.view_consistency_weight`);
 * maintenance: learning-rate decay per parameter group, the occupancy grid refreshed every
   `nerf.occupancy_every` steps (from `nerf.occupancy_grow_until` on, it only shrinks), the
   density lowered by `nerf.shift_decay` at each upsample;
 * evaluation: mean PSNR and SSIM over the test views (whole images);
-* pictures: test_views.png, curves.png, turntable.gif (`train.nerf_pictures`).
+* pictures: test_views.png, curves.png, turntable.gif (`train.nerf.pictures`).
 """
 
 from __future__ import annotations
@@ -36,14 +36,13 @@ from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
 from ..schema import as_resolution
 from ..step_graph import use_graphs
-from .appearance import color_correct, make_appearance
 from .config import graph_problem, scene_args
+from .data.rays import TrainingRays
 from .evaluation import background_errors, background_metrics, seconds_to
-from .fit_box import box_resolution, surface_box
-from .losses import auxiliary_losses
-from .model import VoxelNeRF
-from .rays import TrainingRays
-from .render import capacity_key
+from .model.appearance import color_correct, make_appearance
+from .model.fit_box import box_resolution, surface_box
+from .model.losses import auxiliary_losses
+from .model.voxel_nerf import VoxelNeRF, capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
 
@@ -77,7 +76,7 @@ def make_model(
 def ensure_scene(config: Config, device: torch.device) -> Path:
     """`data.path`; with `data.generate`, first (re)generate the scene `data.scene` there
     when its scene.json does not match `data.scene*` or the generator's version."""
-    from . import generate as nerf_scene
+    from .scenes import generate as nerf_scene
 
     d = config.data
     path = Path(d.path).expanduser()
@@ -141,8 +140,8 @@ class NerfExperiment(Experiment):
         resolution: tuple[int, int, int] | None,
         world: World = SINGLE,
     ) -> None:
-        from .blender import DatasetError, camera_rays
-        from .ngp import load_views
+        from .data.blender import DatasetError, camera_rays
+        from .data.ngp import load_views
 
         c = self.config = config
         self.device, self.gen, self.world = device, gen, world
@@ -254,7 +253,7 @@ class NerfExperiment(Experiment):
         if box is None:
             m.upsample(resolution, optimizer)
         if n.shift_decay:  # = the density shift lowered, and kept in checkpoints
-            m.density.features.data.sub_(n.shift_decay)
+            m.density.add_(-n.shift_decay)
         if reset:
             self.optimizer = self.make_optimizer()
 

@@ -7,8 +7,8 @@
   `--level` (default 0.5: a sample there lets half the light through), i.e.
   `1 - exp(-sigma * interval) = level` with the model's own `interval` (`VoxelNeRF.alpha`).
   Since the model interpolates the raw density before its activation, that is the level
-  set `raw = raw_level` of the trilinear raw grid: marching cubes (the sdf experiment's
-  `train.sdf.mesh.zero_level_set`, scikit-image) on `raw_level - raw` puts each vertex on
+  set `raw = raw_level` of the trilinear raw grid: marching cubes (the one the sdf experiment
+  uses too, `train.mesh.level_set.zero_level_set`) on `raw_level - raw` puts each vertex on
   a voxel edge exactly where the trained field has alpha = level (but the few it adds
   inside ambiguous cells, the mean of their edge vertices), with normals pointing out of
   the dense region and triangles wound outwards.
@@ -33,7 +33,8 @@ import torch
 from ..dependencies import INSTALL_SDF, require
 from ..errors import ConfigError, InputFileError
 from .experiment import final_resolution, make_model
-from .model import VoxelNeRF, positional_encoding
+from .model.encoding import positional_encoding
+from .model.voxel_nerf import VoxelNeRF
 
 DEFAULT_LEVEL = 0.5
 MESH = "mesh.ply"
@@ -64,7 +65,7 @@ def export(out: Path, config: Any, checkpoint: dict[str, Any], args: argparse.Na
     Raises ConfigError naming the option for a bad value, MissingDependencyError without
     scikit-image, InputFileError when the checkpoint's model does not fit its config.
     """
-    from ..sdf.mesh import write_ply
+    from ..mesh.triangles import write_ply
 
     if not 0 < args.level < 1:
         raise ConfigError(f"--level: expected a number in (0, 1), got {args.level}")
@@ -121,11 +122,11 @@ def raw_level(model: VoxelNeRF, level: float) -> float:
 
 @torch.no_grad()
 def density_mesh(model: VoxelNeRF, level: float, resolution: int | None = None):
-    """The `level` set of alpha (see `raw_level`) as a `train.sdf.mesh.Mesh` in world
+    """The `level` set of alpha (see `raw_level`) as a `train.mesh.triangles.Mesh` in world
     coordinates: marching cubes over the model's voxels, or over `resolution`^3 samples."""
     from grid.voxel_grid import VoxelGrid
 
-    from ..sdf.mesh import zero_level_set
+    from ..mesh.level_set import zero_level_set
 
     if resolution is None:
         raw = model.density_values().detach().float().cpu()  # [X, Y, Z]

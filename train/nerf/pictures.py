@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -20,11 +20,27 @@ from ..errors import writing
 from ..pictures import plot_mse, save_figure
 
 if TYPE_CHECKING:
-    from .experiment import NerfExperiment
+    from ..config import Config
+    from .data.blender import Views
+    from .model.voxel_nerf import VoxelNeRF
+
+
+class NerfRun(Protocol):
+    """What the pictures read of a run (`NerfExperiment` has it; named here, not imported,
+    so that the experiment, which calls `write_pictures`, is not imported back)."""
+
+    config: Config
+    device: torch.device
+    background: torch.Tensor  # [3]
+    model: VoxelNeRF
+    test_views: Views
+    renders: list[tuple[torch.Tensor, torch.Tensor]]  # the last evaluation's rgb, depth
+
+    def truth(self, i: int) -> torch.Tensor: ...
 
 
 def write_pictures(
-    out: Path, exp: NerfExperiment, records: list[dict[str, Any]], summary: dict[str, Any]
+    out: Path, exp: NerfRun, records: list[dict[str, Any]], summary: dict[str, Any]
 ) -> None:
     write_test_views(out / "test_views.png", exp, summary)
     write_curves(out / "curves.png", exp, records, summary)
@@ -32,7 +48,7 @@ def write_pictures(
         write_turntable(out / "turntable.gif", exp, exp.config.output.turntable_frames)
 
 
-def _title(exp: NerfExperiment, summary: dict[str, Any]) -> str:
+def _title(exp: NerfRun, summary: dict[str, Any]) -> str:
     res = "x".join(map(str, summary["resolution"]))
     return (
         f"VoxelNeRF ({exp.config.grid.backend}), {res} grids, {summary['steps']} steps, "
@@ -40,7 +56,7 @@ def _title(exp: NerfExperiment, summary: dict[str, Any]) -> str:
     )
 
 
-def write_test_views(path: Path, exp: NerfExperiment, summary: dict[str, Any]) -> None:
+def write_test_views(path: Path, exp: NerfRun, summary: dict[str, Any]) -> None:
     """One row per rendered test view: ground truth, render, |error|, expected depth."""
     rows = len(exp.renders)
     fig = Figure(figsize=(13, 3.4 * rows + 0.6), layout="constrained")
@@ -76,7 +92,7 @@ def write_test_views(path: Path, exp: NerfExperiment, summary: dict[str, Any]) -
 
 
 def write_curves(
-    path: Path, exp: NerfExperiment, records: list[dict[str, Any]], summary: dict[str, Any]
+    path: Path, exp: NerfRun, records: list[dict[str, Any]], summary: dict[str, Any]
 ) -> None:
     """MSE (training batches, test views) against steps; test PSNR against training time."""
     fig = Figure(figsize=(13, 4.8), layout="constrained")
@@ -127,7 +143,7 @@ def turntable_poses(c2w: torch.Tensor, frames: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def write_turntable(path: Path, exp: NerfExperiment, frames: int) -> None:
+def write_turntable(path: Path, exp: NerfRun, frames: int) -> None:
     """turntable.gif: `frames` novel views around the scene, 12 frames per second."""
     try:
         from PIL import Image
@@ -136,7 +152,7 @@ def write_turntable(path: Path, exp: NerfExperiment, frames: int) -> None:
             "writing turntable.gif needs Pillow (pip install pillow), or set "
             "output.turntable_frames = 0"
         ) from error
-    from .blender import camera_rays
+    from .data.blender import camera_rays
 
     views = exp.test_views
     c2w = torch.as_tensor(views.c2w)

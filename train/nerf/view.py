@@ -1,7 +1,7 @@
 """A trained (or training) radiance field seen from any camera: `grid-train view` and
 `grid-train render`.
 
-`render_camera` is the one render of a camera: the rays of `train.nerf.blender.camera_rays`
+`render_camera` is the one render of a camera: the rays of `train.nerf.data.blender.camera_rays`
 (a pinhole with square pixels, principal point at the centre) through the model's own
 `VoxelNeRF.render_image` (the fused ray marcher and compositor of the library where the
 run's renderer is fused). The viewer renders the same rays band by band (so that it can stop
@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from ..camera_path import fov_from_focal, up_axis
-from .blender import Views, camera_rays
+from .data.blender import Views, camera_rays
 from .export import load_model
-from .model import VoxelNeRF
+from .model.voxel_nerf import VoxelNeRF
 
 #: The share of the time a training run's viewer renders its new checkpoints for a still
 #: camera (`ProgressiveRenderer.share`): `--view` costs training at most about this much.
@@ -117,8 +117,8 @@ def load(out: Path, config: Any, checkpoint: dict[str, Any], device: torch.devic
 def home(config: Any) -> Home:
     """The run's test cameras (`data.path`, as the run read them), or, when that scene is
     not there, one camera looking at the centre of `grid.bounds` from outside it, z up."""
-    from .blender import DatasetError
-    from .ngp import load_views
+    from .data.blender import DatasetError
+    from .data.ngp import load_views
 
     d = config.data
     try:

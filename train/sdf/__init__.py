@@ -2,9 +2,9 @@
 
 Modules: `config` (the `[points]` table), `points` (point clouds: analytic shapes, files),
 `experiment` (`SdfExperiment`: the surface, normal and eikonal losses), `evaluation`
-(distances, normals, Chamfer), `mesh` (marching cubes, PLY, exact point-to-mesh
-distances), `pictures` (mesh.png, curves.png), `view` (the mesh and slices in
-`grid-train view`).
+(distances, normals, Chamfer), `pictures` (mesh.png, curves.png), `view` (the mesh and
+slices in `grid-train view`). The meshes (marching cubes, PLY, exact point-to-mesh distances,
+scores) are `train.mesh`'s, shared with the nerf experiment.
 """
 
 from __future__ import annotations

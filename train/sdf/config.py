@@ -121,7 +121,7 @@ class SdfConfig:
         True,
     )
     relax: int = doc(
-        "sdf: rounds of evening out the mesh after marching cubes (train/sdf/mesh.py, "
+        "sdf: rounds of evening out the mesh after marching cubes (train/mesh/level_set.py, "
         "`relax_vertices`): each vertex moves half way to its neighbours' mean along the "
         "surface and back onto the zero level set; marching cubes' thin triangles become "
         "even ones whose faces follow the surface (armadillo at 256^3, 3 rounds: Chamfer "

@@ -37,15 +37,9 @@ from grid.voxel_grid import VoxelGrid
 
 from ..config import Config
 from ..distributed import World
-from .mesh import (
-    Mesh,
-    distance_to_mesh,
-    distance_to_points,
-    face_components,
-    field_and_gradient,
-    supported_components,
-    zero_level_set,
-)
+from ..mesh.distance import distance_to_mesh, distance_to_points, supported_components
+from ..mesh.level_set import field_and_gradient, zero_level_set
+from ..mesh.triangles import Mesh, face_components
 from .points import PointCloud, exact_sdf, sample_surface, shape_params
 
 CHUNK = 1 << 16

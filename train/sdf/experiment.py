@@ -23,7 +23,7 @@ C1, but its gradient vanishes on the voxel planes, which costs it its normals).
 Evaluation (`evaluate`), against the exact shape where [points] is one, else against the
 input points themselves (`evaluation.py`). The mesh is the zero level set by marching
 cubes, without the pieces the points do not support with `sdf.keep = "supported"`
-(`mesh.supported_components`). Pictures: mesh.png, curves.png (`pictures.py`).
+(`train.mesh.distance.supported_components`). Pictures: mesh.png, curves.png (`pictures.py`).
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ from ..distributed import SINGLE, World
 from ..errors import ConfigError, plural, writing
 from ..experiment import Experiment
 from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
+from ..mesh.triangles import Mesh, write_ply
 from ..metrics import LaggedValues
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .denoise import project_to_surfaces
 from .evaluation import Evaluation
-from .mesh import Mesh, write_ply
 from .neighbours import knn
 from .normals import estimate_normals, normal_agreement
 from .points import (

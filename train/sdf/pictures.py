@@ -14,8 +14,8 @@ from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from ..config import Config
 from ..errors import plural
+from ..mesh.triangles import Mesh
 from ..pictures import mark_upsamples, save_figure
-from .mesh import Mesh
 
 #: (elevation, azimuth) in degrees of the three views, their titles, and the axis a side
 #: view looks along (its ticks would all fall on one point: not drawn).

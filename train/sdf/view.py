@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..field.view import SliceView, load_grid
-from .mesh import zero_level_set
+from ..mesh.level_set import zero_level_set
 
 
 class SdfView:

@@ -20,7 +20,7 @@ for 25 test views).
 Bounds: what LLFF's own pose script records, the 0.1 and 99.9 percentiles of the depth (along
 the optical axis) of the scene points an image sees, taken here from the scene's exact
 geometry instead of a sparse SfM cloud: rays through a grid of pixel centres (every
-`stride`-th pixel) ray-cast against the scene (`train.nerf.outdoor`: the object, the ground
+`stride`-th pixel) ray-cast against the scene (`train.nerf.scenes.outdoor`: the object, the ground
 out to its edge at radius 100, the buildings; sky pixels hit nothing and, like the sky in
 an SfM cloud, give no depth). DirectVoxGO's loader rescales them with the poses; its
 unbounded path uses only their minimum (near_clip = 0.9 x the smallest near: the inner
@@ -42,13 +42,13 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: bench, grid, train
 
-from train.nerf import outdoor  # noqa: E402
-from train.nerf.blender import Views, camera_rays, load_blender  # noqa: E402
+from train.nerf.data.blender import Views, camera_rays, load_blender  # noqa: E402
+from train.nerf.scenes import outdoor  # noqa: E402
 
 HOLD = 8  # DirectVoxGO's llffhold in its unbounded configs
 PERCENTILES = (0.1, 99.9)  # LLFF's imgs2poses: np.percentile(depths, .1) and (.., 99.9)
 DEPTH_SAMPLES = 64  # pixel rows and columns ray-cast per view for its bounds
-OUTDOOR_SCENES = ("unbounded", "forward")  # both are train.nerf.outdoor's world
+OUTDOOR_SCENES = ("unbounded", "forward")  # both are train.nerf.scenes.outdoor's world
 
 
 class LlffError(ValueError):

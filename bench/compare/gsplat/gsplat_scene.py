@@ -35,7 +35,7 @@ from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: grid, train
 from train.metrics import gaussian_window, psnr, ssim  # noqa: E402
-from train.nerf.blender import Views, load_blender  # noqa: E402
+from train.nerf.data.blender import Views, load_blender  # noqa: E402
 from train.sdf.neighbours import nearest_points  # noqa: E402
 
 SH_C0 = 0.28209479177387814  # the degree-0 spherical harmonic, 1 / (2 sqrt(pi))

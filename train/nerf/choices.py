@@ -1,0 +1,15 @@
+"""The names the nerf experiment's options choose from: one definition for the `[nerf]`
+table's checks (`config`, which imports neither torch nor grid) and the model's
+(`model.VoxelNeRF`). Imports nothing; anything in `train.nerf` may import it."""
+
+from __future__ import annotations
+
+#: Values of `grid.backend` for a `VoxelNeRF`: the library's `VoxelGrid`, or DirectVoxGO's
+#: layout through `F.grid_sample` (`model.grids.ChannelsFirstGrid`).
+BACKENDS = ("native", "grid_sample")
+#: Values of `nerf.renderer`.
+RENDERERS = ("auto", "fused", "torch")
+#: Values of `nerf.contraction`: none, or one of `grid.contraction.KINDS`.
+CONTRACTIONS = ("none", "sphere", "cube")
+#: Values of `nerf.mlp_dtype`: the colour MLP's compute dtype (names of torch dtypes).
+MLP_DTYPES = ("float32", "bfloat16")

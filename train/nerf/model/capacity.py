@@ -1,0 +1,98 @@
+"""Buffer sizes of the fused renderer (`render.render_fused`), planned so that a training step
+on CUDA never waits for the GPU.
+
+Two counts of a batch are only known on the device: the samples that reach the density grid
+(set by the occupancy grid) and those worth colouring (weight above the threshold). Reading
+them every step would stall the step on the GPU, so `SampleCapacity` measures them in an
+"exact" render now and then and sizes the buffers of the renders in between from that;
+`compact` gathers the samples to colour into a buffer of planned size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+class SampleCapacity:
+    """Buffer sizes of the fused render, planned from measured counts.
+
+    An exact render (`sizes` returned None) reads both counts back and records them per ray;
+    the next `every` renders of the same state use `margin` times that, rounded up to
+    `granule` slots, and read nothing back. The state is the occupancy grid's flags (a
+    refresh or an upsample changes them), the weight threshold and the rays' dtype: any
+    change makes the next render exact. A new plan that is at most the current one and at
+    least `keep` times it keeps the current sizes, so that a training step captured as a
+    CUDA graph (whose buffers have fixed sizes) is replayed rather than captured again after
+    every measurement. Samples that do not fit (the far ends of the last rays of a batch, or
+    the last samples to colour) are dropped and counted on the device in `dropped`, which a
+    caller reads when it logs.
+
+    On the CPU, reading a count costs nothing, so `mode="auto"` renders exactly there.
+    """
+
+    margin = 1.05
+    every = 64
+    granule = 1024
+    keep = 0.8
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.per_ray: tuple[float, float] = (0.0, 0.0)  # samples, coloured samples
+        self.planned: tuple[int, int, int] | None = None  # rays, sample slots, colour slots
+        self.renders = 0
+        self.dropped: Tensor | None = None  # [] int64 on the device, added to in place
+
+    def sizes(self, key: tuple, n_rays: int) -> tuple[int, int] | None:
+        """(sample slots, colour slots) for a render of `n_rays` rays, or None: exact.
+        Counts the render (`every`)."""
+        plan = self.peek(key, n_rays)
+        if plan is not None:
+            self.count_render()
+        return plan
+
+    def count_render(self) -> None:
+        """One planned render more (a CUDA graph's replay renders without calling `sizes`)."""
+        self.renders += 1
+
+    def peek(self, key: tuple, n_rays: int) -> tuple[int, int] | None:
+        """What `sizes` would return (the plan it keeps), without counting a render."""
+        if key != self.key or self.renders >= self.every:
+            return None
+        want = tuple(self._slots(per * n_rays) for per in self.per_ray)
+        if self.planned is not None and self.planned[0] == n_rays:
+            old = self.planned[1:]
+            if all(self.keep * o <= w <= o for w, o in zip(want, old, strict=True)):
+                return old
+        self.planned = (n_rays, *want)
+        return want
+
+    def measured(
+        self, key: tuple, samples: int, coloured: int, n_rays: int, device: torch.device
+    ) -> None:
+        self.key, self.renders = key, 0
+        self.per_ray = (samples / max(n_rays, 1), coloured / max(n_rays, 1))
+        if self.dropped is None:  # made here, never inside a captured step (which would
+            self.dropped = torch.zeros((), dtype=torch.int64, device=device)  # re-zero it)
+
+    def count_dropped(self, lost: Tensor) -> None:
+        self.dropped.add_(lost)
+
+    def _slots(self, count: float) -> int:
+        g = self.granule
+        return max(g, math.ceil(count * self.margin / g) * g)
+
+
+def compact(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """The positions of the True entries of `mask` [N], in order, in a [size] int64 tensor,
+    read nothing back: slots past the count hold N; True entries past `size` are dropped.
+    Returns (positions [size], the count of True entries [] int64)."""
+    n = mask.shape[0]
+    position = torch.cumsum(mask, 0) - 1  # [N] the slot of each True entry
+    slot = torch.where(mask & (position < size), position, size)  # the rest: a spare slot
+    out = torch.full((size + 1,), n, dtype=torch.int64, device=mask.device)
+    out.scatter_(0, slot, torch.arange(n, device=mask.device))
+    count = position[-1] + 1 if n else position.new_zeros(())
+    return out[:size], count

@@ -1,0 +1,157 @@
+"""The renderers of a bounded `VoxelNeRF`: rays marched through the box, samples weighted and
+composited front to back. Like nerfacc's `rendering(..., rgb_sigma_fn=...)`, a renderer
+reads no model: the model hands it two functions of the samples and plain values.
+
+* `sigma_fn(points [S, 3]) -> [S]`: the density at the samples (the optical thickness of a
+  sample is `sigma * interval`, `interval` its step in voxels of the final grid);
+* `rgb_fn(points [V, 3], rays [V]) -> (rgb [V, 3], features [V, F])`: the colour of the
+  samples worth colouring, seen along their rays (indices into the batch; `render_fused`
+  also passes padding samples with ray R, whose colour it drops), and the colour-grid
+  features they read (returned for the losses).
+
+`render_torch` is plain PyTorch over packed samples (`grid.march_rays`,
+`grid.composite_weights`, `grid.composite`; the sample counts are read back every step).
+`render_fused` is the native marcher and compositor (`grid.march_rays_static`,
+`grid.ray_weights`, `grid.composite_rays`) with buffers of planned size (`SampleCapacity`),
+so a CUDA step never waits for the GPU. Both give the same renders up to float rounding
+(the fused weights are a float32 product, the torch ones a float64 sum of logarithms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+import grid
+
+from .capacity import SampleCapacity, compact
+
+#: points [S, 3] -> density [S].
+SigmaFn = Callable[[Tensor], Tensor]
+#: points [V, 3], their rays [V] -> (rgb [V, 3], colour-grid features [V, F]).
+RgbFn = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+def render_torch(
+    origins: Tensor,
+    directions: Tensor,
+    background: Tensor,
+    *,
+    sigma_fn: SigmaFn,
+    rgb_fn: RgbFn,
+    occupancy: grid.OccupancyGrid,
+    step: float,
+    interval: float,
+    weight_threshold: float,
+    near: float = 0.0,
+    jitter: Tensor | None = None,
+) -> dict[str, Tensor | int]:
+    """Render rays (origins, directions [R, 3], background [3]) with plain PyTorch ops.
+
+    Samples every `step` (world units) from `near` inside the occupancy grid's box, where
+    its flags are set (`jitter` [R] in [0, 1) or None: where in its step each ray's samples
+    sit); alpha = 1 - exp(-sigma * `interval`); samples whose compositing weight is at most
+    `weight_threshold` are not coloured. Returns `render_outputs`."""
+    n_rays = origins.shape[0]
+    lo, hi = occupancy.bounds
+    # Packed samples, sorted by ray; empty space never reaches the grids.
+    ray_id, t, points = grid.march_rays(origins, directions, lo, hi, step, near, occupancy, jitter)
+    alpha = -torch.expm1(-sigma_fn(points) * interval)  # [S]
+    weights = grid.composite_weights(alpha, ray_id, n_rays, check_indices=False)  # [S]
+    visible = weights > weight_threshold
+    chosen = visible.nonzero()[:, 0]  # [S''] the coloured samples: one read-back
+    chosen_ray = ray_id[chosen]
+    colors, features = rgb_fn(points[chosen], chosen_ray)  # [S'', 3], [S'', F]
+    rgb, depth, acc = grid.composite(
+        weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
+    )
+    sampled = (features, colors, weights[chosen].detach(), chosen_ray)
+    return render_outputs(rgb, depth, acc, ray_id.shape[0], *sampled)
+
+
+def render_fused(
+    origins: Tensor,
+    directions: Tensor,
+    background: Tensor,
+    *,
+    sigma_fn: SigmaFn,
+    rgb_fn: RgbFn,
+    occupancy: grid.OccupancyGrid,
+    step: float,
+    max_steps: int,
+    interval: float,
+    weight_threshold: float,
+    capacity: SampleCapacity,
+    capacity_key: tuple,
+    near: float = 0.0,
+    exact: bool = True,
+    jitter: Tensor | None = None,
+) -> dict[str, Tensor | int]:
+    """`render_torch` with the native ops: at most `max_steps` steps a ray; `exact` reads the
+    sample counts back and sizes every buffer exactly (renders of test views), else the
+    buffers are those `capacity` plans for the state `capacity_key` (the samples that do not
+    fit are dropped and counted in `capacity.dropped`). Returns `render_outputs`."""
+    n_rays = origins.shape[0]
+    lo, hi = occupancy.bounds  # [3] each, on the device
+    sizes = None if exact else capacity.sizes(capacity_key, n_rays)
+    samples = grid.march_rays_static(
+        origins,
+        directions,
+        lo,
+        hi,
+        step,
+        max_steps=max_steps,
+        near=near,
+        jitter=jitter,
+        occupancy=occupancy,
+        capacity=None if sizes is None else sizes[0],
+    )
+    slots = samples.t.shape[0]
+    tau = sigma_fn(samples.points) * interval  # [slots] optical thickness
+    weights = grid.ray_weights(tau.detach(), samples.offsets)  # [slots]
+    visible = weights > weight_threshold
+    if sizes is None:
+        chosen = visible.nonzero()[:, 0]  # [V] reads the count back
+        if not exact:
+            capacity.measured(capacity_key, slots, chosen.shape[0], n_rays, origins.device)
+        count = slots
+    else:
+        chosen, coloured = compact(visible, sizes[1])  # [colour slots], padding: slots
+        capacity.count_dropped(
+            (samples.total - slots).clamp_min(0) + (coloured - sizes[1]).clamp_min(0)
+        )
+        count = samples.offsets[n_rays]
+    read = chosen.clamp_max(max(slots - 1, 0))  # padding slots of `chosen` read the last sample
+    ray = samples.ray_indices[read]  # [V] in [0, R]: R for the padding samples
+    rgb_chosen, features = rgb_fn(samples.points[read], ray)  # [V, 3], [V, F]
+    colors = rgb_chosen.new_zeros(slots + 1, 3).index_put_((chosen,), rgb_chosen)[:slots]
+    rgb, depth, acc = grid.composite_rays(tau, colors, samples.t, samples.offsets, background)
+    weights = torch.cat([weights, weights.new_zeros(1)])  # slot `slots`: padding, weight 0
+    return render_outputs(rgb, depth, acc, count, features, rgb_chosen, weights[chosen], ray)
+
+
+def render_outputs(
+    rgb: Tensor,
+    depth: Tensor,
+    acc: Tensor,
+    samples: Tensor | int,
+    sample_features: Tensor,
+    sample_rgb: Tensor,
+    sample_weight: Tensor,
+    sample_ray: Tensor,
+) -> dict[str, Tensor | int]:
+    """What every render returns: rgb [R, 3], depth [R], acc [R], the samples marched, and
+    for the losses (train/nerf/model/losses.py) the coloured samples' colour-grid features [V, F],
+    rgb [V, 3], weights [V] and rays [V]."""
+    return {
+        "rgb": rgb,
+        "depth": depth,
+        "acc": acc,
+        "samples": samples,
+        "sample_features": sample_features,
+        "sample_rgb": sample_rgb,
+        "sample_weight": sample_weight,
+        "sample_ray": sample_ray,
+    }

@@ -1,0 +1,423 @@
+"""The NeRF model: a DirectVoxGO-style radiance field built from two `VoxelGrid`s.
+
+An ordinary `nn.Module` you can copy into your own code (it needs only torch and grid):
+
+    model = VoxelNeRF(bounds, resolution=160, final_resolution=160)
+    rgb, depth, acc = model.render(origins, directions, background)  # [R, 3], [R], [R]
+
+* density: a `[X, Y, Z, 1]` grid, post-activation: interpolate the raw value, then
+  `sigma = softplus(raw + shift)`, `alpha = 1 - exp(-sigma * interval)`;
+* colour: a `[X, Y, Z, k]` feature grid (k about 12) and a small MLP that also reads the
+  positionally encoded view direction, `rgb = sigmoid(mlp([features, PE(d)]))`;
+* rendering: samples at a fixed step (`step_ratio` voxels, default half a voxel) along each
+  ray inside the box only (a ray that misses the box gets no samples), composited front to
+  back. The samples are *packed*: one flat list `[S]` sorted by ray, with `ray_id [S]`, not a
+  padded `[rays, max samples]` tensor, so rays that cross little of the box cost little;
+* empty-space skipping: `occupancy` is a boolean grid refreshed from the density grid
+  during training (`update_occupancy`); samples in unoccupied cells never reach the grids or
+  the MLP, and samples whose compositing weight is below `weight_threshold` never reach the
+  colour grid or the MLP (DirectVoxGO's `fast_color_thres`).
+
+`backend="grid_sample"` swaps both grids for `ChannelsFirstGrid`, the same parameters stored
+`[1, F, Z, Y, X]` and sampled with `F.grid_sample` as DirectVoxGO does; everything else is
+identical, so the two can be compared step for step.
+
+`renderer` picks how rays are sampled and composited: "torch" (plain PyTorch ops over packed
+samples: `grid.march_rays`, `grid.composite_weights`, `grid.composite`; the sample counts are
+read back every step) or "fused" (the native marcher and compositor with buffers of planned
+size, so a CUDA step never waits for the GPU): `render.render_torch` and `render.render_fused`,
+which take the model's `sigma_fn` and `rgb_fn` and read no model. "auto" is "fused" on the
+native backend and "torch" on grid_sample, which stays the plain-PyTorch baseline. Both give
+the same renders up to float rounding (the fused weights are a float32 product, the torch ones
+a float64 sum of logarithms).
+
+`contraction` ("sphere" or "cube", `grid.contract`) makes the model unbounded: `bounds` is then
+the inner region, both grids cover the contracted cube [-2, 2]^3 that holds the whole world,
+rays are sampled out to `far` by `grid.sample_contracted` (evenly in the inner region, then
+evenly in the contracted space) and there is no background: what lies beyond everything (the
+sky) is content at the far end (`train/nerf/model/render_contracted.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from grid import OccupancyGrid, VoxelGrid
+from grid.contraction import CONTRACTED_BOUNDS
+
+from ..choices import CONTRACTIONS, MLP_DTYPES, RENDERERS
+from .capacity import SampleCapacity
+from .encoding import positional_encoding
+from .grids import make_grid, triple
+from .linear import Linear
+from .render import RgbFn, render_fused, render_torch
+from .render_contracted import render_contracted
+
+
+def color_mlp(
+    features: int, view_frequencies: int, hidden: int, device: torch.device | str | None
+) -> nn.Sequential:
+    """The colour MLP: [features, PE(view direction) with `view_frequencies`] -> 3 raw
+    colours (before the sigmoid), two hidden ReLU layers of `hidden`, output bias zero."""
+    view_dim = 3 * (1 + 2 * view_frequencies)
+    mlp = nn.Sequential(  # bias gradients as products (train/nerf/model/linear.py)
+        Linear(features + view_dim, hidden),
+        nn.ReLU(inplace=True),
+        Linear(hidden, hidden),
+        nn.ReLU(inplace=True),
+        Linear(hidden, 3),
+    ).to(device)
+    nn.init.zeros_(mlp[-1].bias)
+    return mlp
+
+
+class VoxelNeRF(nn.Module):
+    """DirectVoxGO-style radiance field over the box `bounds`.
+
+    Args:
+        bounds: ((xmin, ymin, zmin), (xmax, ymax, zmax)) world box holding the scene.
+        resolution: starting voxels per axis (int or (X, Y, Z)), both grids.
+        final_resolution: voxels per axis at the end of coarse-to-fine; the density's
+            `interval` is measured in its voxels, so the density scale does not change
+            when the grid is upsampled.
+        color_features: channels of the colour grid.
+        hidden: width of the colour MLP (two hidden layers).
+        view_frequencies: positional-encoding frequencies of the view direction.
+        step_ratio: sample spacing along rays, in voxels of the current grid.
+        alpha_init: alpha of an untrained voxel (sets the density shift).
+        occupancy_threshold: cells whose alpha (and whose neighbours') is below it are
+            skipped once `update_occupancy` has run.
+        weight_threshold: samples with compositing weight below it skip the colour.
+        mlp_dtype: "float32", or "bfloat16": the colour MLP's matrix products under
+            autocast (half the activation memory, tensor cores), its output and everything
+            else in float32.
+        backend: "native" (VoxelGrid, grid.sample) or "grid_sample" (F.grid_sample).
+        renderer: "auto", "fused" or "torch" (see the module docstring).
+        contraction: "none" (the grids cover `bounds`, nothing outside), or "sphere" / "cube"
+            (unbounded: `bounds` is the inner region of `grid.contract`).
+        far: with a contraction, where rays end (world units).
+        outer_samples: with a contraction, samples per ray beyond the inner region (0: as
+            many as steps of `step_ratio` voxels across the contracted shell).
+
+    Attributes:
+        capacity: the fused renderer's buffer sizes (`train.nerf.model.capacity.SampleCapacity`);
+            `capacity.dropped` counts, on the device, the samples that did not fit.
+        sizing: "auto" (exact buffers on the CPU, planned ones on CUDA), "exact" or
+            "planned": how the fused renderer sizes its buffers in `render`.
+    """
+
+    def __init__(
+        self,
+        bounds: Sequence[Sequence[float]],
+        resolution: int | Sequence[int],
+        final_resolution: int | Sequence[int],
+        *,
+        color_features: int = 12,
+        hidden: int = 128,
+        view_frequencies: int = 4,
+        step_ratio: float = 0.5,
+        alpha_init: float = 1e-2,
+        occupancy_threshold: float = 1e-4,
+        weight_threshold: float = 1e-4,
+        mlp_dtype: str = "float32",
+        backend: str = "native",
+        renderer: str = "auto",
+        contraction: str = "none",
+        far: float = 1000.0,
+        outer_samples: int = 0,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        if contraction not in CONTRACTIONS:
+            expected = ", ".join(CONTRACTIONS)
+            raise ValueError(f"contraction: expected one of {expected}, got {contraction!r}")
+        if not far > 0 or not outer_samples >= 0:
+            raise ValueError(f"far, outer_samples: expected > 0, >= 0, got {far}, {outer_samples}")
+        self.contraction, self.far, self.outer_samples = contraction, float(far), outer_samples
+        self.inner_bounds = [list(map(float, b)) for b in bounds]
+        if contraction != "none":
+            bounds = CONTRACTED_BOUNDS
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer: expected one of {', '.join(RENDERERS)}, got {renderer!r}")
+        if mlp_dtype not in MLP_DTYPES:
+            expected = ", ".join(MLP_DTYPES)
+            raise ValueError(f"mlp_dtype: expected one of {expected}, got {mlp_dtype!r}")
+        self.mlp_dtype = getattr(torch, mlp_dtype)
+        if renderer == "auto":
+            renderer = "fused" if backend == "native" else "torch"
+        self.renderer = renderer
+        self.sizing = "auto"
+        self.capacity = SampleCapacity()
+        size = triple(resolution)
+        final = triple(final_resolution)
+        self.bounds_list = [list(map(float, b)) for b in bounds]
+        self.home_bounds = [list(b) for b in self.bounds_list]  # the grids' box at the start
+        self.backend = backend
+        self.density = make_grid(backend, size, 1, bounds, device)
+        self.color = make_grid(backend, size, color_features, bounds, device)
+        self.view_frequencies = view_frequencies
+        self.mlp = color_mlp(color_features, view_frequencies, hidden, device)
+        self.step_ratio = step_ratio
+        self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
+        self.final_voxel = mean_spacing(self.bounds_list, final)
+        self.occupancy_threshold = occupancy_threshold
+        self.weight_threshold = weight_threshold
+        self.occupancy_grid = OccupancyGrid(size, bounds, device=device)
+        self.register_load_state_dict_post_hook(self._sync_box)
+
+    @property
+    def occupancy(self) -> Tensor:
+        """[X, Y, Z] bool: the occupancy grid's flags (`occupancy_grid.flags`)."""
+        return self.occupancy_grid.flags
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        # Checkpoints written before the occupancy grid moved into the library kept its
+        # flags as a buffer named "occupancy".
+        old = prefix + "occupancy"
+        if old in state_dict:
+            state_dict[prefix + "occupancy_grid.flags"] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    # ---- geometry -------------------------------------------------------------------------
+
+    @property
+    def resolution(self) -> tuple[int, int, int]:
+        return self.density.resolution
+
+    def voxel_size(self) -> float:
+        """Geometric mean of the current voxel spacings (world units)."""
+        return mean_spacing(self.bounds_list, self.resolution)
+
+    def step_size(self) -> float:
+        """World distance between consecutive samples along a ray (with a contraction: in
+        the inner region, the step of the contracted grid on the inner box's shortest axis)."""
+        step = self.step_ratio * self.voxel_size()
+        if self.contraction == "none":
+            return step
+        lo, hi = self.inner_bounds
+        return step * min(b - a for a, b in zip(lo, hi, strict=True)) / 2
+
+    def outer_count(self) -> int:
+        """With a contraction, the samples of a ray beyond the inner region."""
+        return self.outer_samples or math.ceil(1.0 / (self.step_ratio * self.voxel_size()))
+
+    def max_steps(self) -> int:
+        """Step positions that cover the box's diagonal (unit directions): the fused
+        marcher's bound per ray."""
+        return math.ceil(math.dist(*self.bounds_list) / self.step_size()) + 2
+
+    def interval(self) -> float:
+        """The sample step in voxels of the final grid: alpha = 1 - exp(-sigma * interval)
+        (with a contraction, that of the steps in the inner region)."""
+        return self.step_ratio * self.voxel_size() / self.final_voxel
+
+    # ---- fields ---------------------------------------------------------------------------
+
+    def sigma(self, points: Tensor) -> Tensor:
+        """points: [S, 3] -> density [S] (post-activation: `softplus(raw + shift)`); the
+        renderers' `sigma_fn`."""
+        return F.softplus(self.density(points)[..., 0] + self.shift)
+
+    def alpha(self, points: Tensor, interval: float) -> Tensor:
+        """points: [S, 3] -> alpha [S] over a step of `interval` (voxels of the final grid)."""
+        return -torch.expm1(-self.sigma(points) * interval)
+
+    def rgb_fn(self, directions: Tensor) -> RgbFn:
+        """The renderers' `rgb_fn` for rays along `directions` [R, 3]: (points [V, 3], rays
+        [V] in [0, R]) -> (rgb [V, 3], colour-grid features [V, F]); ray R is the fused
+        renderer's padding (a zero view encoding)."""
+        views = positional_encoding(directions, self.view_frequencies)  # [R, E]
+        views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
+
+        def rgb_fn(points: Tensor, rays: Tensor) -> tuple[Tensor, Tensor]:
+            features = self.color(points)  # [V, F]
+            return self.shade(features, views[rays]), features
+
+        return rgb_fn
+
+    def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
+        """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
+        return self.shade(self.color(points), view_encoding)
+
+    def shade(self, features: Tensor, view_encoding: Tensor) -> Tensor:
+        """The colour MLP: features [S, F] (of the colour grid), view_encoding [S, E] ->
+        [S, 3] in (0, 1)."""
+        x = torch.cat([features, view_encoding], -1)
+        if self.mlp_dtype == torch.float32:
+            return torch.sigmoid(self.mlp(x))
+        with torch.autocast(x.device.type, dtype=self.mlp_dtype):
+            logits = self.mlp(x)
+        return torch.sigmoid(logits.float())
+
+    @torch.no_grad()
+    def update_occupancy(self, shrink_only: bool = False) -> float:
+        """Recompute the occupancy grid from the density grid: a voxel is occupied when it
+        or a neighbour has alpha >= occupancy_threshold (and, with `shrink_only`, it was
+        occupied before; see `OccupancyGrid.update`). Returns the occupied fraction."""
+        raw = self.density_values()  # [X, Y, Z]
+        alpha = -torch.expm1(-F.softplus(raw + self.shift) * self.interval())
+        return self.occupancy_grid.update(alpha, self.occupancy_threshold, shrink_only=shrink_only)
+
+    def density_values(self) -> Tensor:
+        """The raw density grid as [X, Y, Z]."""
+        f = self.density.features
+        if isinstance(self.density, VoxelGrid):
+            return f[..., 0]
+        return f[0, 0].permute(2, 1, 0)
+
+    def occupied(self, points: Tensor) -> Tensor:
+        """points: [S, 3] inside the box -> [S] bool, the nearest voxel's occupancy."""
+        return self.occupancy_grid.query(points)
+
+    @torch.no_grad()
+    def upsample(self, resolution: int | Sequence[int], optimizer=None) -> None:
+        """Both grids to `resolution`, carrying the optimiser's moments; occupancy
+        resampled (dilated, then nearest) so skipping stays conservative."""
+        size = triple(resolution)
+        self.occupancy_grid.upsample(size)  # first: it refuses shrinking before any change
+        self.density.upsample(size, optimizer)
+        self.color.upsample(size, optimizer)
+
+    @torch.no_grad()
+    def fit_box(self, bounds: Sequence[Sequence[float]], resolution, optimizer=None) -> None:
+        """Both grids and the occupancy grid resampled onto the sub-box `bounds` at
+        `resolution` (`VoxelGrid.crop`), carrying the optimiser's moments. The density
+        keeps its scale: `interval` stays measured in voxels of the configured final grid."""
+        if self.contraction != "none":
+            raise ValueError("fit_box: not with a contraction (the grids hold the whole world)")
+        size = triple(resolution)
+        self.occupancy_grid.crop(bounds, size)  # first: it checks the box before any change
+        self.density.crop(bounds, size, optimizer)
+        self.color.crop(bounds, size, optimizer)
+        self._sync_box(self, None)  # as a reload will read them: the grids' float32 box
+
+    def _sync_box(self, module, incompatible_keys) -> None:
+        # load_state_dict hook: a fitted box comes back in the grids' saved bounds.
+        box = self.density.bounds
+        self.bounds_list = box.tolist()
+        self.occupancy_grid.bounds = box.to(torch.float32).clone()
+
+    def total_variation(self) -> Tensor:
+        """Total variation of the density grid."""
+        return self.density.total_variation()
+
+    # ---- rendering ------------------------------------------------------------------------
+
+    def render(
+        self,
+        origins: Tensor,
+        directions: Tensor,
+        background: Tensor,
+        *,
+        near: float = 0.0,
+        exact: bool | None = None,
+        jitter: Tensor | None = None,
+    ) -> dict[str, Tensor | int]:
+        """Volume-render rays.
+
+        Args:
+            origins, directions: [R, 3] world rays (directions of unit length).
+            background: [3] colour behind the scene (not used with a contraction: the far
+                end of every ray is part of the field).
+            near: no samples before this distance.
+            exact: fused renderer: size the buffers exactly (reads the sample counts back)
+                rather than as planned; None: as `sizing` says.
+            jitter: [R] in [0, 1), where in its step each ray's samples sit (stratified
+                sampling for training rays: `torch.rand(R)`); None: the steps' centres.
+
+        Returns:
+            dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
+            acc [R] (opacity), samples (number of samples that reached the density grid:
+            an int, or a [] tensor on the device when the fused renderer planned its
+            buffers; read it when logging); the coloured samples: sample_features [V, F]
+            (the colour grid's), sample_rgb [V, 3], sample_weight [V] (compositing weights,
+            no gradient) and sample_ray [V] (their ray, in [0, R]: the fused renderer's
+            padding rows have weight 0 and ray R).
+        """
+        if self.contraction != "none":
+            if jitter is not None:
+                raise ValueError("jitter: not with a contraction (grid.sample_contracted has none)")
+            return render_contracted(
+                origins,
+                directions,
+                sigma_fn=self.sigma,
+                rgb_fn=self.rgb_fn(directions),
+                inner_bounds=self.inner_bounds,
+                kind=self.contraction,
+                step=self.step_size(),
+                far=self.far,
+                outer_samples=self.outer_count(),
+                occupancy=self.occupancy_grid,
+                voxel=self.final_voxel,
+                weight_threshold=self.weight_threshold,
+                fused=self.renderer == "fused",
+                near=near,
+            )
+        common = dict(
+            sigma_fn=self.sigma,
+            rgb_fn=self.rgb_fn(directions),
+            occupancy=self.occupancy_grid,
+            step=self.step_size(),
+            interval=self.interval(),
+            weight_threshold=self.weight_threshold,
+            near=near,
+            jitter=jitter,
+        )
+        if self.renderer == "torch":
+            return render_torch(origins, directions, background, **common)
+        if exact is None:
+            planned = self.sizing == "planned" or (
+                self.sizing == "auto" and origins.device.type == "cuda"
+            )
+            exact = not planned
+        return render_fused(
+            origins,
+            directions,
+            background,
+            max_steps=self.max_steps(),
+            capacity=self.capacity,
+            capacity_key=capacity_key(self, origins.dtype),
+            exact=exact,
+            **common,
+        )
+
+    @torch.no_grad()
+    def render_image(
+        self, origins: Tensor, directions: Tensor, background: Tensor, chunk: int = 1 << 13
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W]
+        (rendered in chunks of rays: 8192, a training batch's worth, keep the memory a
+        step needs; 65536 rays of 400x400 views took 15 GB on the realistic scene)."""
+        shape = origins.shape[:-1]
+        o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
+        rgbs, depths, accs = [], [], []
+        for start in range(0, o.shape[0], chunk):
+            rays = (o[start : start + chunk], d[start : start + chunk])
+            out = self.render(*rays, background, exact=True)
+            rgbs.append(out["rgb"])
+            depths.append(out["depth"])
+            accs.append(out["acc"])
+        rgb = torch.cat(rgbs).reshape(*shape, 3)
+        return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
+
+
+def mean_spacing(bounds: Sequence[Sequence[float]], resolution: Sequence[int]) -> float:
+    """Geometric mean of the voxel spacings of a `resolution` grid (corners on the faces)
+    over the box `bounds`, in plain floats: called every step, where CPU tensors cost tens
+    of microseconds of host time."""
+    lo, hi = bounds
+    spacings = [(b - a) / (n - 1) for a, b, n in zip(lo, hi, resolution, strict=True)]
+    return math.prod(spacings) ** (1 / 3)
+
+
+def capacity_key(model: VoxelNeRF, dtype: torch.dtype) -> tuple:
+    """The state a `SampleCapacity` plan of `model`'s fused renders holds for: the occupancy
+    flags (the tensor and its version: an upsample replaces it, a refresh updates it), the
+    weight threshold, the rays' dtype."""
+    flags = model.occupancy_grid.flags
+    return (flags.data_ptr(), flags._version, model.weight_threshold, dtype)
