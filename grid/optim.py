@@ -36,7 +36,7 @@ class MaskedAdam(torch.optim.Optimizer):
 
     Every element whose gradient is exactly zero (+0 or -0) keeps its value and both moments
     untouched: no momentum drift, no decay of its moments, no weight decay. So when every
-    gradient is non-zero each step equals `torch.optim.Adam`'s (tests/test_masked_adam.py
+    gradient is non-zero each step equals `torch.optim.Adam`'s (tests/grid/test_masked_adam.py
     checks it), and an element touched again after a pause resumes from the moments it had,
     under the bias correction of the global count (as DirectVoxGO's MaskedAdam). Unlike
     DirectVoxGO's kernel, `eps` is added after the second-moment bias correction, as

@@ -7,7 +7,7 @@
 # (default gather; PROBES= runs none; gather = the S1 forward's bound, the same loads and stores
 # without the cell computation; small_f = the small-F kernel variants on S5's rays; scatter =
 # the S1 / S2 backward's atomic scatter alone, in the points' order and sorted by cell), each
-# writing $OUT/<name>_probe.json. `all`: tests, then bench. `multires`: tests/test_multires.py, then
+# writing $OUT/<name>_probe.json. `all`: tests, then bench. `multires`: tests/grid/test_multires.py, then
 # bench/ops/multires.py ($OUT/multires.md, .json), beside torch-ngp's gridencoder when NGP names
 # its folder (default .anchors/torch-ngp/gridencoder, where present; bench-only, never shipped).
 set -uo pipefail
@@ -33,7 +33,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   done
 fi
 if [ "$what" = multires ]; then
-  python3 -m pytest -q -p no:cacheprovider -rfE tests/test_multires.py 2>&1 | tee "$OUT/tests.log" | tail -n 20
+  python3 -m pytest -q -p no:cacheprovider -rfE tests/grid/test_multires.py 2>&1 | tee "$OUT/tests.log" | tail -n 20
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   ngp=${NGP:-.anchors/torch-ngp/gridencoder}
   args=()

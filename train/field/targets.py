@@ -40,7 +40,7 @@ class Density(Target):
     used on the CPU) launches about 25 kernels and, at 2^20 points and 24 blobs, moves
     about 1.3 GB through [N, blobs] temporaries. The fused kernel takes |p - c|^2
     directly instead of through the expansion, so the two agree to float rounding
-    (tests/test_step_graph.py), not bitwise.
+    (tests/train/test_step_graph.py), not bitwise.
     """
 
     name = "density"

@@ -7,7 +7,7 @@ The result is what a capture pipeline would give for the same cameras: one
 `camera_model` OPENCV with zero distortion), nerfstudio's `train_filenames`,
 `val_filenames` and `test_filenames`, and RGB images without alpha (composited onto
 `background`, 8 bits per channel) under `images/`. Training on either gives the same
-field (tests/test_ngp.py compares the PSNRs).
+field (tests/train/nerf/test_ngp.py compares the PSNRs).
 """
 
 from __future__ import annotations

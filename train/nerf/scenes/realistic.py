@@ -24,7 +24,7 @@ taking the midpoint's density and colour (alpha = 1 - exp(-sigma * step)), until
 transmittance is below STOP_TRANSMITTANCE. Each pixel averages SUPERSAMPLE x SUPERSAMPLE
 rays on a regular grid inside it, as a path tracer's anti-aliasing does (a ray through the
 centre alone would alias the textures and thin parts). Halving STEP changes the images by
-far less than a grey level: tests/test_nerf_realistic.py checks it.
+far less than a grey level: tests/train/nerf/test_nerf_realistic.py checks it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""bench/training/bench_nerf.py --profile-loop on the CPU: it profiles the training loop's own step
+(the native ops, from a checkpoint's step on) and prints a table whose shares add up."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
+
+from bench.training import bench_nerf  # noqa: E402
+from train.loop import run as train_run  # noqa: E402
+
+SMALL = [
+    "data.scene_size=16",
+    "data.scene_train_views=4",
+    "data.scene_test_views=1",
+    "train.batch_size=128",
+    "device=cpu",
+]
+
+
+def test_profile_loop_from_a_checkpoint(tmp_path, capsys):
+    overrides = [f"data.path={tmp_path / 'scene'}", *SMALL]
+    config = ROOT / "configs" / "nerf_realistic_gpu.toml"
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    argv = ["--config", str(config), *sets, "--warmup", "2", "--profile-loop"]
+    assert bench_nerf.main(argv) == 0
+    head = capsys.readouterr().out
+    assert "from step 2:" in head
+
+    # from a checkpoint: the loop goes on from its step
+    run = tmp_path / "run"
+    more = [
+        "train.steps=10",
+        "train.upsample_steps=[5, 8]",
+        "output.pictures=false",
+        "output.progress=false",
+    ]
+    train_run(bench_nerf.load_config(str(config), [*overrides, *more]), run, stop_at=3)
+    checkpoint = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert checkpoint["step"] == 3
+    argv[-1:-1] = ["--checkpoint", str(run / "checkpoint.pt")]
+    assert bench_nerf.main(argv) == 0
+    out = capsys.readouterr().out
+    first = re.search(r"20 steps from step (\d+): ([0-9.]+) ms of CPU time a step", out)
+    assert first is not None and int(first[1]) == 3 + 2 and float(first[2]) > 0
+    rows = re.findall(r"^ +([0-9.]+) ms +([0-9.]+)% +[0-9.]+x +(\S+)", out, re.MULTILINE)
+    assert sum(float(share) for _, share, _ in rows) <= 100.5
+    names = {name for _, _, name in rows}
+    assert {"grid::sample", "grid::sample_backward", "grid::march_rays_fill"} & names

@@ -1,0 +1,194 @@
+"""bench/training/scenes_pool.py on the CPU: its jobs and their order, and the pool itself run with
+stand-in jobs (a small Python program per job instead of bench_scenes.py): one job per
+"GPU" at a time, a failed generation skips its scene's later jobs, the merged table."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
+
+from bench.training import scenes_pool  # noqa: E402
+from bench.training.bench_scenes import BenchError  # noqa: E402
+
+
+def _args(tmp_path: Path, *extra: str):
+    argv = ["--meshes", str(tmp_path), "--out", str(tmp_path / "out")]
+    args = scenes_pool.parse_args([*argv, "--work", str(tmp_path / "work"), *extra])
+    args.runs = [scenes_pool.parse_run(r) for r in args.run]
+    return args
+
+
+def test_jobs_and_their_order(tmp_path):
+    args = _args(tmp_path, "--run", "fast", "--run", "q@c.toml: train.steps=9 eval.every=3")
+    rows = scenes_pool.pick("realistic,armadillo_large")
+    jobs = scenes_pool.make_jobs(args, rows)
+    names = [j["name"] for j in jobs]
+    assert names == [
+        "gen_armadillo_large",  # the largest scene first, in every kind of job
+        "gen_realistic",
+        "dvgo_armadillo_large",
+        "dvgo_realistic",
+        "fast_armadillo_large",
+        "fast_realistic",
+        "q_armadillo_large",
+        "q_realistic",
+    ]
+    assert jobs[2]["needs"] == ["gen_armadillo_large", "dvgo_build"]
+    assert jobs[7]["needs"] == ["gen_realistic"]
+    command = jobs[7]["command"]
+    assert command[1].endswith("bench_scenes.py") and "--ours-only" in command
+    assert command[command.index("--config") + 1] == "c.toml"
+    assert command[command.index("--label") + 1] == "q"
+    assert ["--set", "train.steps=9", "--set", "eval.every=3"] == command[-6:-2]
+    assert command[-2:] == ["--out", str(tmp_path / "work" / "jobs" / "q_realistic")]
+    fast = jobs[4]["command"]
+    assert fast[fast.index("--config") + 1].endswith("configs/nerf_realistic_gpu.toml")
+    assert [j["name"] for j in scenes_pool.make_jobs(_args(tmp_path, "--no-dvgo"), rows)] == [
+        "gen_armadillo_large",
+        "gen_realistic",
+    ]
+
+
+def test_a_run_on_some_scenes_only(tmp_path):
+    run = "long@c.toml on realistic, bull_rough: train.steps=9"
+    args = _args(tmp_path, "--no-dvgo", "--run", "fast", "--run", run)
+    assert args.runs[1] == ("long", "c.toml", ["train.steps=9"], ["realistic", "bull_rough"])
+    assert (
+        scenes_pool.describe(*args.runs[1]) == "long: c.toml on realistic,bull_rough train.steps=9"
+    )
+    rows = scenes_pool.pick("realistic,armadillo_large,bull_rough")
+    names = [j["name"] for j in scenes_pool.make_jobs(args, rows)][3:]
+    assert names == [
+        "fast_armadillo_large",
+        "fast_realistic",
+        "fast_bull_rough",
+        "long_realistic",
+        "long_bull_rough",
+    ]
+
+
+@pytest.mark.parametrize("run", ["dvgo", "a b: x=1", "q: steps", "q on cube: x=1", "q on : x=1"])
+def test_bad_runs_are_refused(run):
+    with pytest.raises(BenchError, match="--(run|label)"):
+        scenes_pool.parse_run(run)
+
+
+def _stand_in(out: Path, scene: str, name: str, fail: bool) -> list[str]:
+    """A job that records when it ran and writes bench_scenes.py's scenes.json."""
+    label = name.split("_")[0]
+    entry = {"mesh": None, "look": "x", "size": 400, "generate_seconds": 7.0}
+    if label == "fast":
+        entry["fast"] = {"psnr": 30.0, "ssim": 0.9, "train_seconds": 12.0, "curve": []}
+    code = (
+        "import json, pathlib, sys, time, os\n"
+        f"out = pathlib.Path({str(out)!r}); out.mkdir(parents=True, exist_ok=True)\n"
+        f"(out / 'ran').write_text(f'{{time.time()}} {{os.environ[\"CUDA_VISIBLE_DEVICES\"]}}')\n"
+        "time.sleep(0.3)\n"
+        f"sys.exit(3) if {fail} else None\n"
+        f"(out / 'scenes.json').write_text(json.dumps({{'scenes': {{{scene!r}: {entry!r}}}}}))\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path):
+    args = _args(tmp_path, "--no-dvgo", "--run", "fast")
+    rows = scenes_pool.pick("realistic,bunny_glossy,cow_mirror")
+    jobs = scenes_pool.make_jobs(args, rows)
+    for job in jobs:
+        scene = job["args"][1]
+        out = args.work / "jobs" / job["name"]
+        job["command"] = _stand_in(out, scene, job["name"], job["name"] == "gen_cow_mirror")
+    meta = {"device_name": "2 x stand-in", "torch": "x", "date": "now", "config": "fast"}
+    start = time.time()
+    assert scenes_pool.run_pool(args, jobs, 2, meta) == 1  # one generation failed
+    ran = {
+        j["name"]: (args.work / "jobs" / j["name"] / "ran").read_text().split()
+        for j in jobs
+        if (args.work / "jobs" / j["name"] / "ran").is_file()
+    }
+    assert set(ran) == {
+        "gen_realistic",
+        "gen_bunny_glossy",
+        "gen_cow_mirror",
+        "fast_realistic",
+        "fast_bunny_glossy",
+    }  # fast_cow_mirror skipped: its scene failed
+    assert {gpu for _, gpu in ran.values()} == {"0", "1"}
+    assert all(float(t) >= start for t, _ in ran.values())
+    for scene in ("realistic", "bunny_glossy"):  # after its scene's generation
+        assert float(ran[f"fast_{scene}"][0]) > float(ran[f"gen_{scene}"][0])
+    saved = json.loads((args.out / "scenes.json").read_text())["scenes"]
+    assert set(saved) == {"realistic", "bunny_glossy"}
+    assert (
+        saved["realistic"]["generate_seconds"] == 7.0 and saved["realistic"]["fast"]["psnr"] == 30
+    )
+    assert "| realistic | 400x400 | fast | 30.00" in (args.out / "scenes.md").read_text()
+    log = (args.work / "logs" / "fast_realistic.log").read_text()
+    assert log == ""  # each job's output goes to its own log
+
+
+def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path):
+    args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2")
+    rows = scenes_pool.pick("realistic,bunny_glossy")
+    jobs = scenes_pool.make_jobs(args, rows)
+    for job in jobs:
+        job["command"] = _stand_in(
+            args.work / "jobs" / job["name"], job["args"][1], job["name"], False
+        )
+    meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
+    assert scenes_pool.run_pool(args, jobs, 1, meta) == 0
+    ran = [(args.work / "jobs" / j["name"] / "ran").read_text().split() for j in jobs]
+    assert [gpu for _, gpu in ran] == ["0", "0"]
+    (a, _), (b, _) = ran
+    assert abs(float(a) - float(b)) < 0.25  # both started before either's 0.3 s ended
+
+
+def test_per_gpu_below_one_is_refused(tmp_path, capsys):
+    assert (
+        scenes_pool.main(["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--per-gpu", "0"])
+        == 2
+    )
+    assert "--per-gpu: expected at least 1, got 0" in capsys.readouterr().err
+
+
+def test_gsplat_jobs_wait_for_their_build_and_are_skipped_when_it_fails(tmp_path, monkeypatch):
+    args = _args(tmp_path, "--no-dvgo", "--gsplat", "--gsplat-steps", "7")
+    jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic"))
+    assert [j["name"] for j in jobs] == ["gen_realistic", "gsplat_realistic"]
+    assert jobs[1]["needs"] == ["gen_realistic", "gsplat_build"]
+    command = jobs[1]["command"]
+    assert command[command.index("--gsplat-steps") + 1] == "7" and "--gsplat-only" in command
+    jobs[0]["command"] = _stand_in(args.work / "jobs" / "gen_realistic", "realistic", "gen", False)
+    monkeypatch.setattr(scenes_pool, "GSPLAT_BUILD", "raise SystemExit(1)")  # gsplat missing
+    meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
+    assert scenes_pool.run_pool(args, jobs, 1, meta) == 1
+    assert not (args.work / "jobs" / "gsplat_realistic").exists()  # skipped, never started
+
+
+def test_gsplat_steps_below_one_are_refused(tmp_path, capsys):
+    argv = [
+        "--meshes",
+        str(tmp_path),
+        "--no-dvgo",
+        "--gpus",
+        "1",
+        "--gsplat",
+        "--gsplat-steps",
+        "0",
+    ]
+    assert scenes_pool.main(argv) == 2
+    assert "--gsplat-steps: expected at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("on", ["bull_rough", ","])
+def test_a_run_on_no_scene_of_the_pool_is_refused(tmp_path, capsys, on):
+    argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--scenes", "realistic"]
+    assert scenes_pool.main([*argv, "--run", f"x on {on}: train.steps=9"]) == 2
+    assert "--run x on: none of " in capsys.readouterr().err
