@@ -188,7 +188,7 @@ class OutputConfig:
     slice_resolution: int = doc("field: pixels per side of each picture slice.", 256)
     mesh: bool = doc(
         "sdf: extract the zero level set by marching cubes at the end and at every "
-        "evaluation (mesh.ply, mesh.png, the Chamfer distance); needs scikit-image.",
+        "evaluation (mesh.ply, mesh.png, the Chamfer distance); needs scipy (the sdf extra).",
         True,
     )
     picture_views: int = doc("nerf: test views shown in test_views.png.", 4)

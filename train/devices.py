@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import ConfigError
+from .errors import ConfigError, plural
 
 
 def select_device(name: str) -> torch.device:
@@ -32,7 +32,7 @@ def describe_device(device: torch.device) -> str:
     """e.g. `cuda (NVIDIA H100 80GB HBM3)`, `cpu (2 threads)`: summary.json's "device"."""
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({torch.get_num_threads()} threads)"
+    return f"cpu ({plural(torch.get_num_threads(), 'thread')})"
 
 
 def sync(device: torch.device) -> None:

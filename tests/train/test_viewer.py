@@ -416,7 +416,7 @@ def test_training_with_view_serves_the_viewer_while_it_trains(tmp_path):
 def test_grid_runs_open_in_the_viewer_with_their_slices(tmp_path, experiment):
     """A field run shows its slices, an sdf run its mesh too; newer weights redraw them."""
     pytest.importorskip("viser")
-    pytest.importorskip("skimage")
+    pytest.importorskip("scipy")  # the sdf run's mesh
     from train.viewer.server import Viewer, ViewOptions
 
     out = tmp_path / "run"

@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dependencies import INSTALL_SDF, require
-from ..errors import ConfigError, InputFileError
+from ..errors import ConfigError, InputFileError, plural
 from .experiment import final_resolution, make_model
 from .model.encoding import positional_encoding
 from .model.voxel_nerf import VoxelNeRF
@@ -62,8 +61,8 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
 def export(out: Path, config: Any, checkpoint: dict[str, Any], args: argparse.Namespace) -> str:
     """Write the mesh of the run in `out` (see the module docstring); returns what it wrote.
 
-    Raises ConfigError naming the option for a bad value, MissingDependencyError without
-    scikit-image, InputFileError when the checkpoint's model does not fit its config.
+    Raises ConfigError naming the option for a bad value, InputFileError when the checkpoint's
+    model does not fit its config. Needs no optional package (marching cubes is grid's own).
     """
     from ..mesh.triangles import write_ply
 
@@ -71,13 +70,6 @@ def export(out: Path, config: Any, checkpoint: dict[str, Any], args: argparse.Na
         raise ConfigError(f"--level: expected a number in (0, 1), got {args.level}")
     if args.resolution is not None and args.resolution < 2:
         raise ConfigError(f"--resolution: expected an integer >= 2, got {args.resolution}")
-    require(
-        "skimage",
-        key="python -m train.export",
-        needs="meshes (marching cubes)",
-        install=INSTALL_SDF,
-        package="scikit-image",
-    )
     model = load_model(config, checkpoint, out)
     mesh = density_mesh(model, args.level, args.resolution)
     colors = vertex_colors(model, mesh.vertices, mesh.normals) if args.colors else None
@@ -86,7 +78,9 @@ def export(out: Path, config: Any, checkpoint: dict[str, Any], args: argparse.Na
     write_ply(path, mesh, colors)
     what = "vertex colours, " if args.colors else ""
     return (
-        f"wrote {path}: {len(mesh.vertices)} vertices, {len(mesh.faces)} triangles "
+        f"wrote {path}: {len(mesh.vertices)} "
+        f"{'vertex' if len(mesh.vertices) == 1 else 'vertices'}, "
+        f"{plural(len(mesh.faces), 'triangle')} "
         f"({what}alpha {args.level:g} per sample step of the step-{checkpoint['step']} field)"
     )
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import plural
 from ..data.blender import SPLITS, DatasetError, frame_list, frame_matrix, read_json
 from ..data.ngp import TRANSFORMS, layout, ngp_box
 from .orient import look_at
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     centre, distance = look_at(c2w)
     origins = c2w[:, :3, 3]
-    print(f"{len(c2w)} cameras ({layout(args.path)} layout)")
+    print(f"{plural(len(c2w), 'camera')} ({layout(args.path)} layout)")
     print(f"camera positions span {_box([origins.min(0).tolist(), origins.max(0).tolist()])}")
     print(
         f"the cameras look at ({', '.join(map(_number, centre))}), from "

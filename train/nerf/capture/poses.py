@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ...dependencies import require
-from ...errors import ConfigError, InputFileError
+from ...errors import ConfigError, InputFileError, plural
 from .orient import CENTRES, Orientation, View, llff_poses, orient
 
 INSTALL_CAPTURE = "pip install 'densegrid[capture]' (from a checkout: pip install '.[capture]')"
@@ -58,7 +58,7 @@ def list_images(images_dir: Path) -> list[str]:
     if len(names) < MIN_IMAGES:
         raise InputFileError(
             images_dir,
-            f"{len(names)} images ({', '.join(IMAGE_SUFFIXES)}); poses need at least "
+            f"{plural(len(names), 'image')} ({', '.join(IMAGE_SUFFIXES)}); poses need at least "
             f"{MIN_IMAGES} overlapping views",
             key=key,
         )
@@ -146,7 +146,8 @@ def check_registered(model, names: list[str], best: int, args: argparse.Namespac
     if model is None:
         raise InputFileError(
             args.images,
-            f"COLMAP found no pair of images to start from ({len(names)} images; the best pair "
+            f"COLMAP found no pair of images to start from ({plural(len(names), 'image')}; "
+            f"the best pair "
             f"has {best} verified matches, it needs 100): the images share no structure, or "
             "too little texture; photograph one scene with more overlap",
             key="IMAGES_DIR",
@@ -159,7 +160,7 @@ def check_registered(model, names: list[str], best: int, args: argparse.Namespac
         shown = ", ".join(lost[:5]) + (", ..." if len(lost) > 5 else "")
         raise InputFileError(
             args.images,
-            f"COLMAP registered {len(registered)} of {len(names)} images, fewer than "
+            f"COLMAP registered {len(registered)} of {plural(len(names), 'image')}, fewer than "
             f"--min-registered {args.min_registered:g}; not registered: {shown}",
             key="IMAGES_DIR",
         )
@@ -172,8 +173,8 @@ def llff_views(args: argparse.Namespace, names: list[str], stage: Path) -> tuple
     if len(array) != len(names):
         raise InputFileError(
             args.llff,
-            f"{len(array)} poses but IMAGES_DIR has {len(names)} images (one row per image, "
-            "in file-name order)",
+            f"{plural(len(array), 'pose')} but IMAGES_DIR has {plural(len(names), 'image')} "
+            "(one row per image, in file-name order)",
             key="--llff",
         )
     c2w, hwf, bounds = llff_poses(array)

@@ -55,9 +55,9 @@ from .blender import (
     downscale_image,
     frame_list,
     frame_matrix,
+    load_blender,
     read_json,
     read_png,
-    load_blender,
 )
 
 TRANSFORMS = "transforms.json"

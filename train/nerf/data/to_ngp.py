@@ -1,6 +1,7 @@
 """Rewrites a Blender-layout scene in the instant-ngp / nerfstudio layout (`train.nerf.data.ngp`).
 
-    python -m train.nerf.data.to_ngp --scene data/nerf_scene --out data/nerf_scene_ngp [--format jpg]
+    python -m train.nerf.data.to_ngp --scene data/nerf_scene --out data/nerf_scene_ngp \
+        [--format jpg]
 
 The result is what a capture pipeline would give for the same cameras: one
 `transforms.json` with explicit intrinsics (`fl_x`, `fl_y`, `cx`, `cy`, `w`, `h`,

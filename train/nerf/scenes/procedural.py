@@ -25,8 +25,8 @@ Images are rendered by marching each ray through the pixel centre at a fixed ste
 space is skipped exactly (a point at distance s > WIDTH from every solid has no density
 within s - WIDTH of it). Measured on the 100 training views at 64x64, composited on white:
 halving STEP (0.0025 -> 0.00125) changes the pixels by a mean of 0.006/255 (max 0.98/255);
-doubling it (0.005 vs 0.0025) by a mean of 0.025/255 (max 3.6/255). tests/train/nerf/test_nerf_scene.py
-checks the halving on a few views.
+doubling it (0.005 vs 0.0025) by a mean of 0.025/255 (max 3.6/255).
+tests/train/nerf/test_nerf_scene.py checks the halving on a few views.
 PNGs are 8-bit RGBA, alpha = 1 - transmittance, colour not premultiplied, as in the
 original scenes: train on a white background.
 """
