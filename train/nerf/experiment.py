@@ -88,7 +88,8 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
     wanted = nerf_scene.scene_metadata(
         d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
     )
-    if nerf_scene.read_scene_metadata(path) != wanted:
+    found = nerf_scene.read_scene_metadata(path)
+    if found != wanted and (found is not None or not path.exists()):  # else refused below
         print(
             f"generating the {d.scene} scene in {path} ({d.scene_size}x{d.scene_size}, "
             f"{d.scene_train_views} training views, seed {d.scene_seed}) on {device}",

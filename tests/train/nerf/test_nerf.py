@@ -187,6 +187,7 @@ def test_an_empty_folder_is_no_capture(tmp_path, capsys, generate):
     if generate == "true":
         assert f"config error: data.path: {empty}: exists and is not a scene written" in err
         assert "it holds no capture (looked for" in err
+        assert "generating" not in err  # no line announcing what is then refused
     else:
         assert f"file error: data.path: {empty}: holds no capture: looked for" in err
     assert "transforms_train.json (Blender layout) or transforms.json (instant-ngp)" in err
