@@ -160,18 +160,17 @@ def test_an_extra_installed_after_the_first_install_reuses_the_build():
 
 # ---- sdist and wheel, built and installed --------------------------------------------------
 
-IGNORED = (
-    ".git",
-    ".venv",
-    "build",
-    "dist",
-    "runs",
-    "data",
-    "site",
-    "*.egg-info",
-    "__pycache__",
-    "*.so",
-)
+IGNORED = (".git", ".venv", "build", "dist", "site", "*.egg-info", "__pycache__", "*.so")
+#: a run's folders at the top of the checkout only: train/nerf/data/ is a package
+TOP_IGNORED = {"runs", "data", ".anchors"}
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    """What copying the checkout leaves out (shutil.copytree's `ignore`)."""
+    left_out = set(shutil.ignore_patterns(*IGNORED)(folder, names))
+    if Path(folder) == ROOT:
+        left_out |= TOP_IGNORED & set(names)
+    return left_out
 
 
 def _run(command: list[str], cwd: Path, env: dict | None = None, log: bool = False) -> str:
@@ -199,7 +198,7 @@ def test_wheel_from_the_sdist_installs_and_grid_train_runs_elsewhere(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["GRID_NO_CUDA"] = "1"  # the CPU kernels: what CI can build (bench/gpu.sh wheel: CUDA)
     src, dist = tmp_path / "src", tmp_path / "dist"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*IGNORED))
+    shutil.copytree(ROOT, src, ignore=_ignore)
 
     # the sdist (PEP 517, as `python -m build --sdist` calls it), then a wheel built from it
     hook = "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
