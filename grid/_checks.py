@@ -35,6 +35,17 @@ def float_tensor(
         raise ValueError(f"{name}: expected shape {shape}, got {list(value.shape)}")
 
 
+def floating_dtype(dtype: object) -> torch.dtype:
+    """A layer's `dtype` argument: None is torch's default dtype; else a floating-point dtype."""
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(
+            f"dtype: expected a floating-point torch.dtype (float32, float64, float16, "
+            f"bfloat16), got {dtype!r}"
+        )
+    return dtype
+
+
 def index_tensor(name: str, value: object) -> None:
     """`value` is a 1-D int64 or int32 tensor."""
     if not isinstance(value, Tensor):

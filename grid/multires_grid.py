@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ._checks import floating_dtype
 from .boxes import _bounds
 from .multires_ops import multires
 from .reference import multires_level_is_dense
@@ -111,12 +112,7 @@ class MultiresGrid(nn.Module):
         lo, hi = _bounds(bounds)
         if not isinstance(init_scale, int | float) or not init_scale >= 0:
             raise ValueError(f"init_scale: expected a number >= 0, got {init_scale!r}")
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(
-                f"dtype: expected a floating-point torch.dtype (float32, float64, float16, "
-                f"bfloat16), got {dtype!r}"
-            )
+        dtype = floating_dtype(dtype)
         self.resolutions = resolutions
         self.base_resolution = base_resolution
         self.growth_factor = float(growth_factor)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import ops
-from ._checks import plural
+from ._checks import floating_dtype, plural
 from .boxes import _bounds, _resolution, check_inside, lattice
 from .ops import sample, total_variation, total_variation_add_grad_
 from .parameters import replace_data
@@ -113,12 +113,7 @@ class VoxelGrid(nn.Module):
                 f"interpolation: expected one of {', '.join(map(repr, INTERPOLATIONS))}, "
                 f"got {interpolation!r}"
             )
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(
-                f"dtype: expected a floating-point torch.dtype (float32, float64, float16, "
-                f"bfloat16), got {dtype!r}"
-            )
+        dtype = floating_dtype(dtype)
         self.padding = padding
         self.interpolation = interpolation
         self.init = init

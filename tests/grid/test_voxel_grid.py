@@ -462,3 +462,19 @@ def test_cuda_matches_cpu():
     expected = g(pts)
     g.cuda()
     torch.testing.assert_close(g(pts.cuda()).cpu(), expected)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda dtype: VoxelGrid(4, 2, dtype=dtype),
+        lambda dtype: grid.MultiresGrid(levels=2, features=2, table_size=64, dtype=dtype),
+    ],
+    ids=["VoxelGrid", "MultiresGrid"],
+)
+def test_layers_take_a_floating_dtype(make):
+    assert make(None).parameters().__next__().dtype == torch.get_default_dtype()
+    assert make(torch.float64).parameters().__next__().dtype == torch.float64
+    for bad in (torch.int32, "float32"):
+        with pytest.raises(ValueError, match=r"dtype: expected a floating-point torch.dtype"):
+            make(bad)

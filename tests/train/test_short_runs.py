@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.train.test_train import sets
 from train.__main__ import main
 from train.config import ConfigError, load_config, to_dict
 
@@ -40,10 +41,6 @@ SMALL = {
         "output.turntable_frames=0",
     ],
 }
-
-
-def sets(*pairs: str) -> list[str]:
-    return [arg for pair in pairs for arg in ("--set", pair)]
 
 
 def sphere_points(path: Path, n: int = 2000) -> Path:
