@@ -4,10 +4,13 @@ with the bytes a step must move against the card's copy bandwidth; optionally to
 `gridencoder` built from its source (`--ngp DIR`, bench-only, never imported by the library).
 
     python bench/ops/multires.py --out results/    # writes multires.json and multires.md
+        [--points N ...] [--distribution uniform|rays] [--no-reference] [--ngp DIR]
 
 Configuration (issue 61): L = 16 levels, F = 2, T = 2^19 rows per level, resolutions
 floor(16 * b^l) with b = (2048 / 16)^(1 / 15) (instant-ngp's NeRF levels), 2^19, 2^20 and
-2^22 uniform points; float32 table, gradients to the table only (a NeRF's encoding step).
+2^22 points (uniform in the cube, or with `--distribution rays` 256 samples along each of
+n / 256 random chords, in ray order, as a NeRF batch is); float32 table, gradients to the
+table only (a NeRF's encoding step). Each row also times the forward alone (no graph).
 
 `F.grid_sample` cannot hold the hashed levels densely (the finest, 2049^3 vertices x F x 4 B,
 is 69 GB), so its baseline is the equal-memory one: L dense levels of 80^3 <= T vertices each,
@@ -69,6 +72,26 @@ def fwd_bwd(encode, table, points, grad_out):
     return step
 
 
+def forward_only(encode, table, points):
+    """One forward, no graph (the encoding's share of a step)."""
+
+    def step():
+        with torch.no_grad():
+            return encode(table, points)
+
+    return step
+
+
+def ray_points(n: int, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    """n points as n / 256 random chords of the cube, 256 evenly spaced samples along each, in
+    ray order (a NeRF batch: neighbouring points share cells at the coarse levels)."""
+    rays = max(1, n // 256)
+    a = torch.rand(rays, 1, 3, device=device, generator=gen) * 2 - 1
+    b = torch.rand(rays, 1, 3, device=device, generator=gen) * 2 - 1
+    t = torch.linspace(0, 1, n // rays, device=device)[None, :, None]
+    return (a + (b - a) * t).reshape(-1, 3)
+
+
 def grid_sample_levels(levels: list[torch.Tensor], points: torch.Tensor) -> torch.Tensor:
     """L calls of F.grid_sample (align_corners=True) on dense [1, F, Z, Y, X] levels."""
     p = points.reshape(1, 1, 1, -1, 3)
@@ -83,6 +106,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="folder for multires.json / .md")
     parser.add_argument("--ngp", type=Path, default=None, help="torch-ngp's gridencoder folder")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--distribution", choices=("uniform", "rays"), default="uniform",
+        help="points uniform in the cube, or 256 samples along each of n / 256 random chords",
+    )  # fmt: skip
+    parser.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--reps", type=int, default=None)
     args = parser.parse_args()
@@ -95,7 +123,10 @@ def main() -> None:
     ngp = build_ngp(args.ngp, device) if args.ngp else None
     rows = []
     for n in args.points:
-        points = torch.rand(n, 3, device=device, generator=gen) * 2 - 1
+        if args.distribution == "rays":
+            points = ray_points(n, device, gen)
+        else:
+            points = torch.rand(n, 3, device=device, generator=gen) * 2 - 1
         grad_out = torch.randn(n, L * FEATURES, device=device, generator=gen)
         for kind, res in (("hashed", hashed_resolutions()), ("dense", dense_resolutions(T))):
             ours = fwd_bwd(lambda t, p, res=res: grid.multires(t, p, res), table, points, grad_out)
@@ -104,18 +135,22 @@ def main() -> None:
             )
             err = rel_err(ours()[0], ref()[0])
             t_ours = ctx.time(ours, device)["median"]
-            t_ref = ctx.time(ref, device)["median"]
+            t_ref = None if args.no_reference else ctx.time(ref, device)["median"]
+            encode = forward_only(lambda t, p, res=res: grid.multires(t, p, res), table, points)
+            t_fw = ctx.time(encode, device)["median"]
             touched = touched_rows(points, res, T)
             # floor: points and grad_out read, out written, touched rows read (forward) and
             # read + written (backward's accumulation)
             nbytes = 4 * (3 * n + 2 * n * L * FEATURES + 3 * touched * FEATURES)
             row = {
-                "points": n, "levels": kind, "resolutions": res, "ours_ms": t_ours,
-                "reference_ms": t_ref, "speedup_vs_reference": t_ref / t_ours,
+                "points": n, "distribution": args.distribution, "levels": kind,
+                "resolutions": res, "ours_ms": t_ours, "ours_forward_ms": t_fw,
                 "rel_err_vs_reference": err, "touched_rows": touched, "floor_bytes": nbytes,
                 "floor_ms": nbytes / (bandwidth * 1e9) * 1e3,
             }  # fmt: skip
             row["fraction_of_floor"] = row["floor_ms"] / t_ours
+            if t_ref is not None:
+                row["reference_ms"], row["speedup_vs_reference"] = t_ref, t_ref / t_ours
             if kind == "dense":  # the same levels as L separate dense grids
                 side = res[0] + 1
                 levels = [
@@ -134,6 +169,8 @@ def main() -> None:
                 # torch-ngp maps [-bound, bound] (bound 1) onto its levels, as we map [-1, 1]
                 step = fwd_bwd(lambda t, p: ngp(p), ngp.embeddings, points, grad_out)
                 row["ngp_ms"] = ctx.time(step, device)["median"]
+                row["ngp_forward_ms"] = ctx.time(forward_only(lambda t, p: ngp(p), None, points),
+                                                 device)["median"]  # fmt: skip
                 row["speedup_vs_ngp"] = row["ngp_ms"] / t_ours
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "resolutions"}), flush=True)
@@ -150,8 +187,8 @@ def main() -> None:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| points | levels | ours ms | reference ms (x) | grid_sample ms (x) | ngp ms (x) "
-        "| floor ms (% of it) |",
+        "| points | levels | ours ms (forward) | reference ms (x) | grid_sample ms (x) "
+        "| ngp ms (x) (forward) | floor ms (% of it) |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
 
@@ -159,11 +196,13 @@ def markdown(rows: list[dict]) -> str:
         return f"{r[key]:.3f} ({r[speed]:.1f}x)" if key in r else "-"
 
     for r in rows:
+        forward = f" ({r['ngp_forward_ms']:.3f})" if "ngp_forward_ms" in r else ""
         lines.append(
-            f"| 2^{int(math.log2(r['points']))} | {r['levels']} | {r['ours_ms']:.3f} | "
+            f"| 2^{int(math.log2(r['points']))} | {r['levels']} | "
+            f"{r['ours_ms']:.3f} ({r['ours_forward_ms']:.3f}) | "
             f"{ratio(r, 'reference_ms', 'speedup_vs_reference')} | "
             f"{ratio(r, 'grid_sample_ms', 'speedup_vs_grid_sample')} | "
-            f"{ratio(r, 'ngp_ms', 'speedup_vs_ngp')} | "
+            f"{ratio(r, 'ngp_ms', 'speedup_vs_ngp')}{forward} | "
             f"{r['floor_ms']:.3f} ({100 * r['fraction_of_floor']:.0f}%) |"
         )
     return "\n".join(lines) + "\n"

@@ -1,10 +1,11 @@
-// CUDA backward of grid::multires. One thread per point walks every level, as the forward: it
-// scatters w_k * grad_out into the table gradient with atomics (float32 accumulation for
-// float16 / bfloat16 tables, rounded once at the end) and sums its point gradient over the
-// levels in registers (deterministic). Levels whose rows fit a block's shared memory (the
-// coarse ones, where thousands of points land on each row and global atomics on one address
-// serialise) are summed instead per block in shared memory by a second kernel, the level on
-// blockIdx.y, and added to the table gradient once per block. Under
+// CUDA backward of grid::multires. A thread per (point, group of levels), as the forward (the
+// group on blockIdx.y, so the rows in flight stay in L2), scatters w_k * grad_out into the table
+// gradient with atomics (float32 accumulation for float16 / bfloat16 tables, rounded once at the
+// end); when the points' gradient is asked, the group is every level, so that a thread sums its
+// point's gradient over the levels in registers (deterministic). Levels whose rows fit a block's
+// shared memory (the coarse ones, where thousands of points land on each row and global atomics on
+// one address serialise) are summed instead per block in shared memory by a second kernel, the
+// level on blockIdx.y, and added to the table gradient once per block. Under
 // torch.use_deterministic_algorithms(True) the table gradient comes instead from a sorted,
 // atomic-free accumulation (index_put_ with accumulate), which holds [N, L, 8] rows and
 // [N, L, 8, F] contributions in memory.
@@ -29,13 +30,14 @@ namespace {
 // (float2 / float4 on sm_90).
 template <typename scalar_t, typename point_t, int kF, bool kVec, bool kTable, bool kPoints>
 __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
-    const scalar_t* __restrict__ grad_out,  // [N, L F]
-    const scalar_t* __restrict__ table,     // [L, T, F] contiguous
-    const point_t* __restrict__ points,     // [N, 3]
+    const scalar_t* __restrict__ grad_out,        // [N, L F]
+    const scalar_t* __restrict__ table,           // [L, T, F] contiguous
+    const point_t* __restrict__ points,           // [N, 3]
     acc_type<scalar_t>* __restrict__ grad_table,  // [L, T, F] zeroed, accumulation dtype
     point_t* __restrict__ grad_points,            // [N, 3]
-    MultiresLevels levels, uint32_t shared_levels, int64_t N) {
-  // shared_levels: bit l set where multires_backward_shared_kernel adds level l's gradient
+    MultiresLevels levels, uint32_t shared_levels, int group, int64_t N) {
+  // shared_levels: bit l set where multires_backward_shared_kernel adds level l's gradient;
+  // group: levels per thread (all of them when kPoints)
   using acc_t = acc_type<scalar_t>;
   const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (n >= N) return;
@@ -44,7 +46,8 @@ __global__ void __launch_bounds__(kThreads) multires_backward_kernel(
   multires_load_point(points, n, p);
   const scalar_t* g = grad_out + n * levels.L * F;
   acc_t grad[3] = {0, 0, 0};
-  for (int l = 0; l < levels.L; ++l) {
+  const int first = blockIdx.y * group, end = min(first + group, int(levels.L));
+  for (int l = first; l < end; ++l) {
     const bool table_here = kTable && !((shared_levels >> l) & 1u);
     if (!kPoints && !table_here) continue;  // a shared level, and no points gradient asked
     const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
@@ -229,13 +232,13 @@ at::Tensor multires_grad_table_deterministic(const at::Tensor& grad_out,  // [N,
     using acc_t = acc_type<typename decltype(s)::type>;
     using point_t = typename decltype(p)::type;
     multires_corner_rows_kernel<point_t, acc_t><<<one_pass_blocks(N), kThreads, 0, stream>>>(
-        points.data_ptr<point_t>(), rows.data_ptr<int64_t>(), weights.data_ptr<acc_t>(), levels,
-        N);
+        points.data_ptr<point_t>(), rows.data_ptr<int64_t>(), weights.data_ptr<acc_t>(), levels, N);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   const at::Tensor values = weights.unsqueeze(-1) * grad_out.view({N, L, 1, F}).to(acc);
-  grad.view({L * levels.T, F}).index_put_({rows.view(-1)}, values.view({-1, F}),
-                                          /*accumulate=*/true);
+  grad.view({L * levels.T, F})
+      .index_put_({rows.view(-1)}, values.view({-1, F}),
+                  /*accumulate=*/true);
   return grad;
 }
 
@@ -260,9 +263,8 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
   const bool want_table = output_mask[0] && !deterministic;  // by the atomic kernel
   const bool want_points = output_mask[1];
   at::Tensor grad_acc =
-      deterministic
-          ? multires_grad_table_deterministic(grad_out, table, points, levels, acc_dtype)
-          : masked_output(want_table, table.sizes(), table.options().dtype(acc_dtype));
+      deterministic ? multires_grad_table_deterministic(grad_out, table, points, levels, acc_dtype)
+                    : masked_output(want_table, table.sizes(), table.options().dtype(acc_dtype));
   at::Tensor grad_points = want_points
                                ? unfilled_cuda(points_in.sizes(), points_in.options())
                                : masked_output(false, points_in.sizes(), points_in.options());
@@ -275,8 +277,7 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
   if (want_table && N > 0) {
     int device = 0, optin = 0, sms = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     budget = std::min<int64_t>(kMultiresSharedBytes, optin);
     shared = multires_shared_levels(levels, at::elementSize(acc_dtype), budget, &shared_bytes);
@@ -293,8 +294,8 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
             const auto kernel = multires_backward_shared_kernel<scalar_t, point_t, kF, kVec>;
             // above 48 KB a block's dynamic shared memory is opt-in; always the same value, so
             // that calls from other host threads never lower it under one another's launch
-            C10_CUDA_CHECK(cudaFuncSetAttribute(
-                kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(budget)));
+            C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(budget)));
             const dim3 blocks(multires_shared_blocks(N, shared, sms),
                               static_cast<unsigned>(shared.count));
             kernel<<<blocks, kThreads, shared_bytes, stream>>>(
@@ -321,14 +322,16 @@ std::tuple<at::Tensor, at::Tensor> multires_backward_cuda(
             multires_rows_aligned<scalar_t, kF>({table.data_ptr(), grad_out.data_ptr()});
         dispatch_bool(vector, [&](auto kv) {
           constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
+          const int group =
+              want_points ? int(levels.L) : multires_level_group(levels, sizeof(scalar_t));
           dispatch_mask(table_left, want_points, [&](auto kt, auto kp) {
             multires_backward_kernel<scalar_t, point_t, kF, kVec, decltype(kt)::value,
                                      decltype(kp)::value>
-                <<<one_pass_blocks(N), kThreads, 0, stream>>>(
+                <<<multires_group_blocks(N, levels, group), kThreads, 0, stream>>>(
                     grad_out.data_ptr<scalar_t>(), table.data_ptr<scalar_t>(),
                     points.data_ptr<point_t>(), table_left ? grad_acc.data_ptr<acc_t>() : nullptr,
                     want_points ? grad_points.data_ptr<point_t>() : nullptr, levels, shared_mask,
-                    N);
+                    group, N);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
           });
         });

@@ -1,6 +1,7 @@
-// CUDA forward of grid::multires: one thread per point walks every level in one launch. The
-// threads of a warp visit the levels in step, so their gathers hit one level's table at a time
-// (instant-ngp's locality), and each level's eight rows come from csrc/multires_math.h.
+// CUDA forward of grid::multires, one launch for every level: a thread per (point, group of
+// levels), the group on blockIdx.y (multires_level_group: 4 levels of F = 2 float32), so the
+// blocks in flight read one group's rows, which stay in L2, and each thread writes its point's
+// group as one 32-byte sector. Each level's eight rows come from csrc/multires_math.h.
 #include <torch/library.h>
 
 #include "checks.h"
@@ -15,11 +16,11 @@ namespace {
 
 // kVec: each row of kF values read (and each output row written) as one vector access.
 template <typename scalar_t, typename point_t, int kF, bool kVec>
-__global__ void __launch_bounds__(kThreads) multires_forward_kernel(
-    const scalar_t* __restrict__ table,  // [L, T, F] contiguous
-    const point_t* __restrict__ points,  // [N, 3]
-    scalar_t* __restrict__ out,          // [N, L F]
-    MultiresLevels levels, int64_t N) {
+__global__ void __launch_bounds__(kThreads)
+    multires_forward_kernel(const scalar_t* __restrict__ table,  // [L, T, F] contiguous
+                            const point_t* __restrict__ points,  // [N, 3]
+                            scalar_t* __restrict__ out,          // [N, L F]
+                            MultiresLevels levels, int group, int64_t N) {
   using acc_t = acc_type<scalar_t>;
   const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (n >= N) return;
@@ -27,7 +28,8 @@ __global__ void __launch_bounds__(kThreads) multires_forward_kernel(
   acc_t p[3];
   multires_load_point(points, n, p);
   scalar_t* o = out + n * levels.L * F;
-  for (int l = 0; l < levels.L; ++l) {
+  const int first = blockIdx.y * group, end = min(first + group, int(levels.L));
+  for (int l = first; l < end; ++l) {
     const MultiresCell<acc_t> cell = multires_cell(p, levels, l);
     acc_t w[8];
     corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
@@ -79,10 +81,11 @@ at::Tensor multires_forward_cuda(const at::Tensor& table_in,   // [L, T, F]
       const bool vector = multires_rows_aligned<scalar_t, kF>({table.data_ptr(), out.data_ptr()});
       dispatch_bool(vector, [&](auto kv) {
         constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
+        const int group = multires_level_group(levels, sizeof(scalar_t));
         multires_forward_kernel<scalar_t, point_t, kF, kVec>
-            <<<one_pass_blocks(N), kThreads, 0, stream>>>(table.data_ptr<scalar_t>(),
-                                                          points.data_ptr<point_t>(),
-                                                          out.data_ptr<scalar_t>(), levels, N);
+            <<<multires_group_blocks(N, levels, group), kThreads, 0, stream>>>(
+                table.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
+                levels, group, N);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });

@@ -3,10 +3,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 
+#include "cuda_utils.cuh"
 #include "multires_math.h"
 
 namespace grid {
@@ -65,6 +67,21 @@ __device__ __forceinline__ int multires_features(const MultiresLevels& levels) {
 __device__ __forceinline__ int64_t multires_row_offset(const MultiresLevels& levels, int level,
                                                        uint32_t row, int F) {
   return (int64_t(level) * levels.T + row) * F;
+}
+
+// Levels one thread walks: a launch's blockIdx.y picks a group of that many consecutive levels,
+// so the blocks in flight gather from (and scatter into) one group's rows at a time, which stay
+// in L2, instead of every level's table at once. A group's output row of one point is 32 bytes
+// (one sector) where F and the dtype allow: 4 levels of F = 2 float32 values.
+inline int multires_level_group(const MultiresLevels& levels, int64_t element_bytes) {
+  const int64_t row_bytes = std::max<int64_t>(1, levels.F * element_bytes);
+  const int64_t group = std::max<int64_t>(1, 32 / row_bytes);
+  return static_cast<int>(std::min<int64_t>(group, levels.L));
+}
+
+// Blocks of a per-(point, level group) launch: x over the points, y over the groups.
+inline dim3 multires_group_blocks(int64_t N, const MultiresLevels& levels, int group) {
+  return dim3(one_pass_blocks(N), static_cast<unsigned>((levels.L + group - 1) / group));
 }
 
 }  // namespace grid
