@@ -154,12 +154,12 @@ def pinhole(views: Views, name: str) -> tuple[float, float, float]:
 
 def world_scale(c2w: np.ndarray) -> float:
     """The scale putting the cameras c2w [V, 4, 4] at a median distance RADIUS from the
-    origin; 1 when they already are (within 1e-9)."""
+    origin; 1 when they already are (within 1e-6)."""
     median = float(np.median(np.linalg.norm(c2w[:, :3, 3], axis=-1)))
     if median <= 0:
         raise CaptureError("every camera sits at the origin; no scale for DirectVoxGO's near/far")
     scale = RADIUS / median
-    return 1.0 if abs(scale - 1.0) < 1e-9 else scale
+    return 1.0 if abs(scale - 1.0) < 1e-6 else scale
 
 
 def _rgba(source: Path, out: Path) -> None:
