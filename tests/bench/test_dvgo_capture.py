@@ -6,6 +6,7 @@ refused in one line naming --capture."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from train.nerf.capture.orient import llff_poses, orient, to_llff  # noqa: E402
 from train.nerf.data.blender import load_blender  # noqa: E402
 from train.nerf.scenes.generate import camera_poses  # noqa: E402
 
-H, W, FOCAL = 8, 12, 10.0  # the tiny captures' camera: centred, fx = fy
+H, W, FOCAL = 16, 24, 10.0  # the tiny captures' camera: centred, fx = fy (SSIM: >= 11)
 VIEWS = 9  # every 8th a test view: 0 and 8; llffhold 8 holds out exactly those
 
 needs_pycolmap = pytest.mark.skipif(
@@ -79,7 +80,7 @@ def test_a_blender_capture_round_trips(tmp_path):
 def ngp(tmp_path) -> Path:
     """An instant-ngp capture of VIEWS RGB images, centred fx = fy cameras, near and far."""
     images = [random_rgba(k, H, W)[..., :3] for k in range(VIEWS)]
-    root = write_ngp(tmp_path / "ngp", images, fl_x=FOCAL, fl_y=FOCAL, cx=W / 2, cy=H / 2)
+    root = write_ngp(tmp_path / "ngp", images, fl_x=FOCAL, fl_y=FOCAL, cx=W / 2, cy=H / 2, w=W, h=H)
 
     def place(meta):
         for k, frame in enumerate(meta["frames"]):
@@ -233,3 +234,26 @@ def test_the_bench_reads_the_converted_capture(ngp, tmp_path, capsys):
     assert (Path(info["blender"]) / "transforms_val.json").is_file()
     meta = bench_dvgo.capture_meta({"size": 400}, info)
     assert meta["scene"] == f"capture ngp (ngp, {W}x{H})" and meta["test_views"] == 2
+
+
+def test_the_unbounded_bench_scores_directvoxgo_on_the_capture_views(ngp, tmp_path):
+    """dvgo_unbounded.py --capture with a stand-in DirectVoxGO that renders 0.9 x + 0.05
+    of every 8th LLFF image: scored against the capture's own test views, so the rows it
+    held out are exactly those."""
+    from tests.bench.test_dvgo_unbounded import fake_dvgo
+    from train.metrics import psnr
+    from train.nerf.data.ngp import load_views
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    argv = ["--dvgo", str(fake_dvgo(tmp_path)), "--capture", str(ngp), "--dvgo-only"]
+    argv += ["--out", str(out), "--work", str(work), "--set", "device=cpu"]
+    assert dvgo_unbounded.main(argv) == 0
+    result = json.loads((out / "dvgo_unbounded.json").read_text())
+    truth = load_views(ngp, "test").images.double()  # the capture read as ours reads it
+    renders = ((truth * 0.9 + 0.05).clamp(0, 1) * 255 + 0.5).floor() / 255
+    want = np.mean(
+        [psnr(float((r - t).square().mean()), 1.0) for r, t in zip(renders, truth, strict=True)]
+    )
+    assert result["dvgo_scored"]["views"] == 2
+    assert result["dvgo_scored"]["psnr"] == pytest.approx(want, abs=1e-9)
+    assert result["llff"]["layout"] == "ngp" and result["llff"]["near_min"] == pytest.approx(1.0)
