@@ -257,3 +257,50 @@ def test_the_unbounded_bench_scores_directvoxgo_on_the_capture_views(ngp, tmp_pa
     assert result["dvgo_scored"]["views"] == 2
     assert result["dvgo_scored"]["psnr"] == pytest.approx(want, abs=1e-9)
     assert result["llff"]["layout"] == "ngp" and result["llff"]["near_min"] == pytest.approx(1.0)
+
+
+ANCHOR = ROOT / ".anchors" / "dvgo"  # a copy of DirectVoxGO's code, where the GPU runs are
+BLENDER_LOADER = """
+import json, sys, types
+sys.path[:0] = ["shim", "."]
+sys.modules["cv2"] = types.ModuleType("cv2")  # lib/load_blender's import; half_res needs it
+sys.path.insert(0, BENCH)
+import dvgo_v2_shims
+dvgo_v2_shims.install()  # imageio.imread without ignoregamma, as DirectVoxGO runs
+import mmcv
+from lib.load_data import load_data
+d = load_data(mmcv.Config.fromfile(CONFIG).data)
+print(json.dumps({
+    "i_train": list(map(int, d["i_train"])), "i_test": list(map(int, d["i_test"])),
+    "near": float(d["near"]), "far": float(d["far"]), "HW": d["HW"].tolist(),
+    "focal": float(d["Ks"][0][0][0]), "cx": float(d["Ks"][0][0][2]),
+    "poses": d["poses"].tolist(), "test_images": d["images"][d["i_test"]].tolist(),
+}))
+"""
+
+
+@pytest.mark.skipif(not (ANCHOR / "run_dvgo.py").is_file(), reason="no DirectVoxGO anchor copy")
+def test_directvoxgos_blender_loader_reads_the_converted_capture(ngp, tmp_path):
+    import subprocess
+
+    from train.nerf.data.ngp import load_views
+
+    info = dvgo_capture.convert(ngp, tmp_path / "out")
+    config = bench_dvgo.write_dvgo_config(tmp_path, ANCHOR, Path(info["blender"]))
+    code = BLENDER_LOADER.replace("BENCH", repr(str(ROOT / "bench" / "compare" / "dvgo")))
+    code = code.replace("CONFIG", repr(str(config)))
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ANCHOR, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(got["i_train"]) == 7 and len(got["i_test"]) == 2
+    assert (got["near"], got["far"]) == (2.0, 6.0) and got["HW"][0] == [H, W]
+    assert got["focal"] == pytest.approx(FOCAL, rel=1e-5) and got["cx"] == W / 2
+    test = load_views(ngp, "test")  # what ours is scored on, DirectVoxGO's test images
+    np.testing.assert_allclose(np.array(got["test_images"]), test.images.numpy(), atol=1e-6)
+    poses = np.array(got["poses"])[got["i_test"]]
+    np.testing.assert_allclose(poses[:, :3, :3], test.c2w[:, :3, :3].numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        poses[:, :3, 3], info["scale"] * test.c2w[:, :3, 3].numpy(), atol=1e-5
+    )
