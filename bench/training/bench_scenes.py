@@ -1,15 +1,19 @@
 """D3: ours and DirectVoxGO over a set of generated scenes, so that a model change is
 decided on the mean over scenes, not on the one scene it was tuned on.
 
-    python bench/training/bench_scenes.py --meshes DIR [--scenes a,b] [--config FILE] [--out DIR]
+    python bench/training/bench_scenes.py --meshes DIR [--scenes a,b] [--split tune|held_out|all]
+        [--config FILE] [--out DIR]
         [--data DIR] [--set KEY=VALUE ...] [--size N] [--label NAME] [--generate-only |
         --ours-only | --dvgo-only | --gsplat-only]
         [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F] [--gsplat-steps N]
 
-The scenes (SCENES): the realistic scene (`data.scene = "realistic"`, the one the configs
-were tuned on) and scanned meshes in several looks (`data.scene = "scan"`,
-train/nerf/scenes/scan.py), 400x400, one at 800x800; 100 training and 25 test views each (the
-config's). The meshes are CGAL's demo data: Debian's `libcgal-demo` package installs them
+The scenes (SCENES), in two halves (`split`): the tuning half, on which every config value
+is chosen (the realistic scene, `data.scene = "realistic"`, and five scanned meshes in five
+looks, `data.scene = "scan"`, train/nerf/scenes/scan.py), and the held-out half, on which
+verdicts are reported and nothing is tuned (five other meshes, thin-legged or finely carved,
+the looks mixed otherwise); 400x400, one of each half at 800x800; 100 training and 25 test
+views each (the config's). --split picks a half (default all). The meshes are CGAL's
+demo data: Debian's `libcgal-demo` package installs them
 in /usr/share/doc/libcgal-dev/data.tar.gz (unpack it: `tar xzf ... data/meshes`); --meshes
 names the folder holding the .off files (or its `data/meshes`). Nothing is downloaded.
 
@@ -21,10 +25,10 @@ read instead of running it again, and a new run's log is kept there). Results ac
 in --out/scenes.json (a call updates the scenes it ran), so scenes, systems and calls can
 be split to fit a time limit (bench/training/scenes_pool.py spreads them over a host's GPUs);
 --label names ours' system (one per config or schedule: `fast`, `quality`, ...).
-scenes.md is the table of all of them: per scene a row per system (PSNR, SSIM, training
-seconds, peak memory; ours against DirectVoxGO: the end's difference, PSNR at its training
-time, and when ours first reaches its PSNR as a fraction of its time), then each system's
-means and how many scenes it is below DirectVoxGO on.
+scenes.md is the table of all of them: per scene (and its split) a row per system (PSNR,
+SSIM, training seconds, peak memory; ours against DirectVoxGO: the end's difference, PSNR
+at its training time, and when ours first reaches its PSNR as a fraction of its time),
+then each system's means and how many scenes it is below DirectVoxGO on, per half and over all.
 --generate-only generates the scenes and records their generation seconds.
 --gsplat-only trains Gaussian splatting instead (bench/compare/gsplat/gsplat_scene.py, gsplat's
 rasterizer in a program of its own; the system `gsplat` in the table, the upper anchor).
@@ -40,7 +44,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -61,29 +65,64 @@ from train.loop import select_device  # noqa: E402
 from train.metrics import psnr  # noqa: E402
 from train.nerf.experiment import ensure_scene  # noqa: E402
 
-#: name, mesh file (None: the realistic scene), look, image size
+
+class Scene(NamedTuple):
+    """One scene of the set: `name`; `mesh` (a file of --meshes; None: the realistic
+    scene); `look` (train.nerf.scenes.scan's LOOKS, or "realistic"); `size` (pixels);
+    `split`: "tune" (every config value was chosen on these) or "held_out" (verdicts only);
+    `up`: the mesh's up axis."""
+
+    name: str
+    mesh: str | None
+    look: str
+    size: int
+    split: str
+    up: str = "+y"
+
+
+#: The tuning half: the six scenes every config so far was tuned on. The held-out half:
+#: meshes no config has seen (thin parts, fine carving), the looks mixed otherwise (two in
+#: chrome, glass on a thin trunk, glaze at 800x800, none filling the box).
 SCENES = (
-    ("realistic", None, "realistic", 400),
-    ("bunny_glossy", "bunny00.off", "glossy", 400),
-    ("cow_mirror", "cow.off", "mirror", 400),
-    ("bull_rough", "bull.off", "rough", 400),
-    ("camel_translucent", "camel.off", "translucent", 400),
-    ("armadillo_large", "armadillo.off", "large", 800),
+    Scene("realistic", None, "realistic", 400, "tune"),
+    Scene("bunny_glossy", "bunny00.off", "glossy", 400, "tune"),
+    Scene("cow_mirror", "cow.off", "mirror", 400, "tune"),
+    Scene("bull_rough", "bull.off", "rough", 400, "tune"),
+    Scene("camel_translucent", "camel.off", "translucent", 400, "tune"),
+    Scene("armadillo_large", "armadillo.off", "large", 800, "tune"),
+    Scene("dragon_mirror", "ChineseDragon-10kv.off", "mirror", 400, "held_out"),
+    Scene("elephant_translucent", "elephant.off", "translucent", 400, "held_out"),
+    Scene("diplodocus_rough", "diplodocus.off", "rough", 400, "held_out"),
+    Scene("dino_mirror", "dino.off", "mirror", 400, "held_out"),
+    Scene("triceratops_glossy", "triceratops.off", "glossy", 800, "held_out"),
 )
 NAMES = tuple(s[0] for s in SCENES)
+SPLITS = ("tune", "held_out")
 METRICS = ("psnr", "ssim", "train_seconds", "peak_allocated")
 
 
-def pick(names: str | None, option: str = "--scenes") -> list[tuple]:
-    """The SCENES rows named in "a,b,c" (all when None); BenchError naming `option` on an
-    unknown name."""
+def pick(names: str | None, option: str = "--scenes", split: str = "all") -> list[Scene]:
+    """The SCENES rows named in "a,b,c" (all when None) that are in `split` ("tune",
+    "held_out" or "all"); BenchError naming `option` on an unknown name, naming --split on
+    an unknown split or when a named scene is not in it."""
+    if split not in (*SPLITS, "all"):
+        raise BenchError(f"--split: expected tune, held_out or all, got {split!r}")
     if not names:
-        return list(SCENES)
+        return [s for s in SCENES if split in ("all", s.split)]
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in NAMES]
     if unknown:
         raise BenchError(f"{option}: unknown {', '.join(unknown)}; expected {', '.join(NAMES)}")
-    return [s for s in SCENES if s[0] in wanted]
+    rows = [s for s in SCENES if s[0] in wanted]
+    outside = [s.name for s in rows if split not in ("all", s.split)]
+    if outside:
+        raise BenchError(f"--split {split}: {', '.join(outside)} not in it")
+    return rows
+
+
+def split_of(name: str) -> str | None:
+    """The split of the scene `name` (None: not one of SCENES)."""
+    return next((s.split for s in SCENES if s.name == name), None)
 
 
 def find_mesh(meshes: str | None, file: str) -> Path:
@@ -105,6 +144,7 @@ def scene_overrides(
     """The --set options that put scene `row` in the config's `data.*` (`size`: instead
     of the row's, a quick check)."""
     name, mesh, look, size = (*row[:3], size or row[3])
+    up = getattr(row, "up", "+y")
     sets = [f"data.path={json.dumps(str(data / f'{name}_{size}'))}", f"data.scene_size={size}"]
     sets += ["data.generate=true"]
     if mesh is None:
@@ -114,6 +154,7 @@ def scene_overrides(
         "data.scene=scan",
         f"data.scene_mesh={json.dumps(str(path))}",
         f"data.scene_look={look}",
+        f"data.scene_up={up}",
     ]
 
 
@@ -268,24 +309,41 @@ def summary_line(results: dict[str, dict], system: str) -> str:
     return text + "."
 
 
+def by_split(results: dict[str, dict]) -> list[tuple[str, dict[str, dict]]]:
+    """(heading, results) of each half that has scenes, then of all when both have: the
+    table's means per split (a scene not in SCENES counts in "all" only)."""
+    halves = [
+        (title, {n: r for n, r in results.items() if split_of(n) == split})
+        for split, title in (("tune", "tuning half"), ("held_out", "held-out half"))
+    ]
+    halves = [(t, h) for t, h in halves if h]
+    if len(halves) == 1 and len(halves[0][1]) == len(results):
+        return halves
+    return [*halves, ("all scenes", results)]
+
+
 def markdown(results: dict[str, dict], meta: dict) -> str:
-    """The table: per scene (SCENES' order) a row per system, then each system's means."""
-    head = ["scene", "size", "system", "PSNR", "SSIM", "train s", "GiB"]
+    """The table: per scene (SCENES' order) a row per system, then each system's means,
+    per split (the tuning half, the held-out half, all)."""
+    head = ["scene", "split", "size", "system", "PSNR", "SSIM", "train s", "GiB"]
     head += ["- DVGO dB", "PSNR at DVGO's s", "DVGO's PSNR at x its s"]
     lines = [
         f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']}",
         "",
         "| " + " | ".join(head) + " |",
-        "| --- | ---: | --- | " + " | ".join(["---:"] * 7) + " |",
+        "| --- | --- | ---: | --- | " + " | ".join(["---:"] * 7) + " |",
     ]
     order = [n for n in NAMES if n in results] + [n for n in results if n not in NAMES]
     names = systems(results)
     for name in order:
         r = results[name]
         for system in (s for s in names if r.get(s)):
-            cells = [name, f"{r['size']}x{r['size']}", system, *_cells(r[system], r.get("dvgo"))]
-            lines.append("| " + " | ".join(cells) + " |")
-    lines += [""] + [summary_line(results, s) for s in names]
+            size = f"{r['size']}x{r['size']}"
+            cells = [name, split_of(name) or "-", size, system]
+            lines.append("| " + " | ".join([*cells, *_cells(r[system], r.get("dvgo"))]) + " |")
+    for title, half in by_split(results):
+        lines += ["", f"Means, {title} ({len(half)} scenes):"]
+        lines += [summary_line(half, s) for s in systems(half)]
     lines += [
         "",
         "PSNR and SSIM: mean over each scene's test views (DirectVoxGO: its 8-bit renders "
@@ -315,6 +373,9 @@ def save(out: Path, results: dict[str, dict], meta: dict) -> str:
     means_ = {s: means(results, s) for s in names}
     minus = {s: difference(results, s) for s in names if s != "dvgo"}
     doc = {**meta, "scenes": results, "means": means_, "minus_dvgo": minus}
+    doc["means_by_split"] = {
+        title: {s: means(half, s) for s in systems(half)} for title, half in by_split(results)
+    }
     (out / "scenes.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (out / "scenes.md").write_text(table + "\n")
     return table
@@ -371,6 +432,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--meshes", default=None, help="folder of the .off meshes")
     parser.add_argument("--scenes", default=None, help=f"comma-separated, of {', '.join(NAMES)}")
+    parser.add_argument("--split", default="all", help="tune, held_out or all (SCENES' halves)")
     parser.add_argument("--config", default=str(ROOT / "configs" / "nerf_realistic_gpu.toml"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "scenes"))
@@ -403,7 +465,7 @@ def main(argv=None, train=one_scene) -> int:
     }
     try:
         check_label(args.label)
-        rows = pick(args.scenes)
+        rows = pick(args.scenes, split=args.split)
         needs_dvgo = not (args.ours_only or args.generate_only or args.gsplat_only)
         dvgo_dir = find_dvgo(args.dvgo) if needs_dvgo and not _all_cached(args, rows) else None
         device = select_device(load_config(args.config, ["output.progress=false"]).device)
@@ -411,7 +473,7 @@ def main(argv=None, train=one_scene) -> int:
             meta["device_name"] = torch.cuda.get_device_name(device)
         for row in rows:
             entry = results.setdefault(row[0], {})
-            entry.update(mesh=row[1], look=row[2], size=args.size or row[3])
+            entry.update(mesh=row[1], look=row[2], size=args.size or row[3], split=row.split)
             train(row, args, device, entry, dvgo_dir)
             save(out, results, meta)  # after every scene: a later failure keeps the others
     except (BenchError, ConfigError) as error:
@@ -425,7 +487,7 @@ def main(argv=None, train=one_scene) -> int:
 
 def check_label(label: str) -> None:
     """--label names a system in the table: a word, not DirectVoxGO's nor a scene field."""
-    taken = ("dvgo", "gsplat", "mesh", "look", "size", "generate_seconds")
+    taken = ("dvgo", "gsplat", "mesh", "look", "size", "split", "generate_seconds")
     if not label.replace("_", "").replace("-", "").isalnum() or label in taken:
         raise BenchError(
             f"--label: expected a word of letters, digits, - or _ other than "

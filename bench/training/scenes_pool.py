@@ -1,10 +1,13 @@
 """D3 over every GPU of one host: bench/training/bench_scenes.py's scenes generated, DirectVoxGO and
 ours' configs trained on each, one job per GPU at a time, into one table.
 
-    python bench/training/scenes_pool.py --meshes DIR [--scenes a,b] [--dvgo DIR] [--no-dvgo]
+    python bench/training/scenes_pool.py --meshes DIR [--scenes a,b] [--split tune|held_out|all]
+        [--dvgo DIR] [--no-dvgo]
         [--run "LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]]
         [--gpus N] [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
 
+--split picks one half of the scenes (bench_scenes.py's SCENES: `tune`, the scenes every
+config value is chosen on, or `held_out`, the scenes verdicts are reported on; default all).
 Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
 (unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
 other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then each --run
@@ -227,6 +230,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--meshes", required=True, help="folder of the .off meshes")
     parser.add_argument("--scenes", default=None, help=f"comma-separated, of {', '.join(NAMES)}")
+    parser.add_argument("--split", default="all", help="tune, held_out or all (SCENES' halves)")
     parser.add_argument(
         "--dvgo", type=Path, default=os.environ.get("DVGO_DIR", ROOT / ".anchors/dvgo")
     )
@@ -249,7 +253,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.work, args.out, args.data = (p.resolve() for p in (args.work, args.out, args.data))
     try:
-        rows = pick(args.scenes)
+        rows = pick(args.scenes, split=args.split)
         args.runs = [parse_run(r) for r in args.run]
         names = {r[0] for r in rows}
         for label, _, _, only in args.runs:

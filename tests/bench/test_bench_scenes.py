@@ -22,15 +22,69 @@ def test_scene_table():
     assert len(names) >= 5 and len(set(names)) == len(names)
     assert "realistic" in names
     sizes = [s[3] for s in bench_scenes.SCENES]
-    assert sizes.count(800) == 1 and set(sizes) == {400, 800}
+    assert set(sizes) == {400, 800}
     from train.nerf.scenes.scan import LOOKS
+    from train.nerf.scenes.scan_mesh import UP_AXES
 
-    assert all(s[2] in LOOKS for s in bench_scenes.SCENES if s[1])
+    assert all(s[2] in LOOKS and s.up in UP_AXES for s in bench_scenes.SCENES if s[1])
     assert bench_scenes.pick("cow_mirror,realistic") == [
         s for s in bench_scenes.SCENES if s[0] in ("realistic", "cow_mirror")
     ]
     with pytest.raises(bench_scenes.BenchError, match="unknown teapot"):
         bench_scenes.pick("teapot")
+
+
+def test_the_halves_are_disjoint_and_the_held_out_meshes_are_new():
+    tune = bench_scenes.pick(None, split="tune")
+    held = bench_scenes.pick(None, split="held_out")
+    assert [s.name for s in tune] == [
+        "realistic",
+        "bunny_glossy",
+        "cow_mirror",
+        "bull_rough",
+        "camel_translucent",
+        "armadillo_large",
+    ]  # the six every config so far was tuned on
+    assert len(held) >= 4 and bench_scenes.pick(None) == tune + held
+    assert not {s.mesh for s in tune} & {s.mesh for s in held}
+    assert len({s.look for s in held}) >= 3  # mixed looks, not one
+    assert sorted(s.look for s in held) != sorted(s.look for s in tune if s.mesh)
+    assert all(s.split in bench_scenes.SPLITS for s in bench_scenes.SCENES)
+    assert bench_scenes.split_of("cow_mirror") == "tune"
+    assert bench_scenes.split_of(held[0].name) == "held_out"
+    assert bench_scenes.split_of("teapot") is None
+
+
+def test_split_selection_and_its_errors():
+    held = bench_scenes.pick(None, split="held_out")
+    assert bench_scenes.pick(held[0].name, split="held_out") == [held[0]]
+    assert bench_scenes.pick("cow_mirror", split="all")[0].name == "cow_mirror"
+    with pytest.raises(bench_scenes.BenchError, match="--split held_out: cow_mirror not in it"):
+        bench_scenes.pick("cow_mirror", split="held_out")
+    with pytest.raises(bench_scenes.BenchError, match="--split: expected tune, held_out or all"):
+        bench_scenes.pick(None, split="test")
+
+
+def test_held_out_meshes_resolve(tmp_path):
+    for row in bench_scenes.pick(None, split="held_out"):
+        (tmp_path / row.mesh).write_text("OFF\n3 1 0\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
+    for row in bench_scenes.pick(None, split="held_out"):
+        sets = bench_scenes.scene_overrides(row, str(tmp_path), tmp_path / "data")
+        config = load_config(ROOT / "configs" / "nerf_realistic_gpu.toml", sets)
+        d = config.data
+        assert (d.scene, d.scene_look, d.scene_up) == ("scan", row.look, row.up)
+        assert Path(d.scene_mesh) == (tmp_path / row.mesh).resolve()
+
+
+@pytest.mark.skipif(
+    not (ROOT / ".anchors" / "thin").is_dir(), reason="CGAL's demo meshes are not unpacked here"
+)
+def test_held_out_meshes_are_in_cgals_demo_data():
+    from train.nerf.scenes import read_mesh
+
+    for row in bench_scenes.pick(None, split="held_out"):
+        mesh = read_mesh(bench_scenes.find_mesh(str(ROOT / ".anchors" / "thin"), row.mesh))
+        assert len(mesh.faces) > 1000  # a scan, fine enough for thin parts
 
 
 def test_overrides_make_a_valid_config(tmp_path):
@@ -73,9 +127,11 @@ def test_means_and_table():
     table = bench_scenes.markdown(results, meta)
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert len(rows) == 2 + 2 + 1 + 2  # header and its rule, a and c with both, b ours alone
-    assert rows[2].startswith("| a | 400x400 | dvgo | 29.00")
-    assert rows[3].startswith("| a | 400x400 | ours | 30.00") and "| +1.00 |" in rows[3]
-    assert rows[4].startswith("| b | 400x400 | ours | 34.00") and rows[4].endswith("| - | - | - |")
+    assert rows[2].startswith("| a | - | 400x400 | dvgo | 29.00")
+    assert rows[3].startswith("| a | - | 400x400 | ours | 30.00") and "| +1.00 |" in rows[3]
+    assert rows[4].startswith("| b | - | 400x400 | ours | 34.00") and rows[4].endswith(
+        "| - | - | - |"
+    )
     assert "| -1.00 |" in rows[6]
     assert "- ours: mean PSNR 30.00 dB over 3 scenes" in table
     # a: ours reaches 29.0 at 50 s of its 200 (0.25); c: never reaches 27.0
@@ -88,6 +144,27 @@ def test_means_and_table():
     assert bench_scenes.mean_reach(results, "ours") is None
     assert "never reached by the mean curve." in bench_scenes.markdown(results, meta)
     assert "- dvgo: mean PSNR 28.00 dB over 2 scenes" in table
+
+
+def test_table_marks_the_split_and_means_per_split(tmp_path):
+    tune, held = (bench_scenes.pick(None, split=s)[:2] for s in ("tune", "held_out"))
+    results = {tune[0].name: _entry(30.0, 29.0), tune[1].name: _entry(32.0, 30.0)}
+    results |= {held[0].name: _entry(20.0, 22.0), held[1].name: _entry(24.0, 23.0)}
+    meta = {"device_name": "CPU", "torch": "x", "date": "now", "config": "c.toml"}
+    table = bench_scenes.markdown(results, meta)
+    assert f"| {tune[0].name} | tune | 400x400 | ours | 30.00" in table
+    assert f"| {held[0].name} | held_out |" in table
+    assert "Means, tuning half (2 scenes):\n- dvgo: mean PSNR 29.50 dB" in table
+    assert "- ours: mean PSNR 31.00 dB over 2 scenes" in table
+    assert "Means, held-out half (2 scenes):\n- dvgo: mean PSNR 22.50 dB" in table
+    assert "- ours: mean PSNR 22.00 dB over 2 scenes" in table
+    assert "against DirectVoxGO on 2: mean -0.50 dB, 1 below it" in table
+    assert "Means, all scenes (4 scenes):" in table
+    bench_scenes.save(tmp_path, results, meta)
+    saved = json.loads((tmp_path / "scenes.json").read_text())["means_by_split"]
+    assert saved["held-out half"]["ours"]["psnr"] == pytest.approx(22.0)
+    only_held = {n: r for n, r in results.items() if n == held[0].name}
+    assert "Means, all scenes" not in bench_scenes.markdown(only_held, meta)
 
 
 def test_ours_result_keeps_the_curves_and_the_captures():

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
 from bench.compare.dvgo import dvgo_unbounded, dvgo_v2_shims  # noqa: E402
+from train.config import load_config  # noqa: E402
 from train.metrics import psnr  # noqa: E402
 from train.nerf.data.blender import load_blender  # noqa: E402
 
@@ -197,3 +198,40 @@ def test_detached_run_and_wait(tmp_path, capsys):
     assert "DirectVoxGO only" in (tmp_path / "work" / "detached.log").read_text()
     no_run = ["--work", str(tmp_path / "nothing"), "--out", str(out), "--wait", "1"]
     assert dvgo_unbounded.main(no_run) == 2
+
+
+def test_scene_picks_a_half_of_the_unbounded_and_forward_scenes(tmp_path):
+    halves = {name: wide.split for name, wide in dvgo_unbounded.SCENES.items()}
+    assert [n for n, s in halves.items() if s == "tune"] == ["unbounded", "forward"]
+    held = [dvgo_unbounded.SCENES[n] for n, s in halves.items() if s == "held_out"]
+    assert sum(w.scene == "unbounded" for w in held) >= 2 and any(
+        w.scene == "forward" for w in held
+    )
+    assert all(w.variant > 0 for w in held)  # other worlds, not today's
+    args = dvgo_unbounded.parse_args(["--scene", "forward_v1"])
+    sets = dvgo_unbounded.pick_scene(args)
+    assert args.setting == "llff" and args.config.endswith("nerf_forward_gpu.toml")
+    config = load_config(args.config, sets)
+    assert (config.data.scene, config.data.scene_variant) == ("forward", 1)
+    assert config.data.path.endswith("nerf_forward_v1_400")  # not the tuning scene's folder
+    args = dvgo_unbounded.parse_args(["--scene", "unbounded", "--setting", "llff"])
+    assert dvgo_unbounded.pick_scene(args) == [] and args.setting == "llff"
+    args = dvgo_unbounded.parse_args([])
+    assert dvgo_unbounded.pick_scene(args) == [] and args.setting == "unbounded"
+    for argv, message in (
+        (["--scene", "garden"], "--scene: unknown 'garden'; expected unbounded, "),
+        (["--scene", "unbounded_v1", "--capture", str(tmp_path)], "--scene and --capture"),
+    ):
+        with pytest.raises(dvgo_unbounded.BenchError, match=message):
+            dvgo_unbounded.pick_scene(dvgo_unbounded.parse_args(argv))
+
+
+def test_llff_bounds_come_from_the_variants_world(tmp_path):
+    from bench.compare.dvgo.dvgo_llff import write_llff
+    from train.nerf.scenes import generate
+
+    scene = generate.generate_scene(
+        tmp_path / "s", size=16, n_train=7, n_val=1, n_test=1, scene="unbounded", variant=2
+    )
+    info = write_llff(scene, tmp_path / "llff")
+    assert info["near_min"] > 0 and len(info["rows"]) == 8

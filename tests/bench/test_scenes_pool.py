@@ -129,7 +129,7 @@ def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path):
     assert (
         saved["realistic"]["generate_seconds"] == 7.0 and saved["realistic"]["fast"]["psnr"] == 30
     )
-    assert "| realistic | 400x400 | fast | 30.00" in (args.out / "scenes.md").read_text()
+    assert "| realistic | tune | 400x400 | fast | 30.00" in (args.out / "scenes.md").read_text()
     log = (args.work / "logs" / "fast_realistic.log").read_text()
     assert log == ""  # each job's output goes to its own log
 
@@ -192,3 +192,17 @@ def test_a_run_on_no_scene_of_the_pool_is_refused(tmp_path, capsys, on):
     argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--scenes", "realistic"]
     assert scenes_pool.main([*argv, "--run", f"x on {on}: train.steps=9"]) == 2
     assert "--run x on: none of " in capsys.readouterr().err
+
+
+def test_split_picks_one_half_of_the_scenes(tmp_path, capsys):
+    args = _args(tmp_path, "--split", "held_out", "--no-dvgo")
+    assert args.split == "held_out"
+    rows = scenes_pool.pick(args.scenes, split=args.split)
+    held = {s.name for s in scenes_pool.SCENES if s.split == "held_out"}
+    names = {j["name"] for j in scenes_pool.make_jobs(args, rows)}
+    assert names == {f"gen_{n}" for n in held} and len(held) >= 4
+    argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1"]
+    assert scenes_pool.main([*argv, "--split", "heldout"]) == 2
+    assert "--split: expected tune, held_out or all, got 'heldout'" in capsys.readouterr().err
+    assert scenes_pool.main([*argv, "--split", "tune", "--scenes", "dino_mirror"]) == 2
+    assert "--split tune: dino_mirror not in it" in capsys.readouterr().err

@@ -66,6 +66,12 @@ class DataConfig:
     scene_train_views: int = doc("nerf, generated scene: number of training views.", 100)
     scene_test_views: int = doc("nerf, generated scene: number of test views.", 8)
     scene_seed: int = doc("nerf, generated scene: seed of the camera poses.", 0)
+    scene_variant: int = doc(
+        "nerf, scenes `unbounded` and `forward`: 0 is the scene as shipped; k > 0 another "
+        "world drawn from k (other buildings, sun, ground and paint; the forward rig turned): "
+        "held-out scenes for verdicts (train/nerf/scenes/outdoor.py).",
+        0,
+    )
     downscale: int = doc("nerf: divide image width and height by this integer on loading.", 1)
     background: list[float] = doc(
         "nerf: RGB in [0, 1] behind the scene (images composited onto it, and rendered with it).",
@@ -236,6 +242,15 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(f"data.scene: expected one of {', '.join(SCENES)}, got {d.scene!r}")
     if d.generate and d.scene == "scan":
         validate_scan(d)
+    from .scenes.generate import VARIANT_SCENES
+
+    if d.scene_variant < 0:
+        raise ConfigError(f"data.scene_variant: expected an integer >= 0, got {d.scene_variant}")
+    if d.generate and d.scene_variant and d.scene not in VARIANT_SCENES:
+        raise ConfigError(
+            f"data.scene_variant: only the {' and '.join(VARIANT_SCENES)} scenes have variants; "
+            f"data.scene is {d.scene!r} (set data.scene_variant = 0)"
+        )
     for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
         if getattr(d, key) < 1:
             raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
@@ -341,10 +356,11 @@ def validate_scan(d: DataConfig) -> None:
 
 
 def scene_args(d: DataConfig) -> dict:
-    """`train.nerf.scenes.generate`'s scene arguments for `data`: `scene`, and `scan` (the mesh,
-    look and up axis of a scan scene; None for the others)."""
+    """`train.nerf.scenes.generate`'s scene arguments for `data`: `scene`, `scan` (the mesh,
+    look and up axis of a scan scene; None for the others) and `variant`."""
     scan = {"mesh": d.scene_mesh, "look": d.scene_look, "up": d.scene_up}
-    return {"scene": d.scene, "scan": scan if d.scene == "scan" else None}
+    scan = scan if d.scene == "scan" else None
+    return {"scene": d.scene, "scan": scan, "variant": d.scene_variant}
 
 
 def validate_contraction(c: Config) -> None:

@@ -91,7 +91,9 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
     found = nerf_scene.read_scene_metadata(path)
     if found != wanted and (found is not None or not path.exists()):  # else refused below
         print(
-            f"generating the {d.scene} scene in {path} ({d.scene_size}x{d.scene_size}, "
+            f"generating the {d.scene} scene"
+            + (f" (variant {d.scene_variant})" if d.scene_variant else "")
+            + f" in {path} ({d.scene_size}x{d.scene_size}, "
             f"{d.scene_train_views} training views, seed {d.scene_seed}) on {device}",
             file=sys.stderr,
             flush=True,

@@ -4,6 +4,7 @@ against training seconds, at DirectVoxGO's end and at equal time, and peak GPU m
     python bench/compare/dvgo/bench_dvgo.py --dvgo DIR [--config configs/nerf_realistic_gpu.toml]
         [--out DIR] [--work DIR] [--ours-steps N | --ours-rate STEPS_PER_S]
         [--dvgo-only | --dvgo-log FILE] [--shipped] [--set KEY=VALUE ...] [--dvgo-iters C,F]
+        [--capture PATH]
     python bench/compare/dvgo/bench_dvgo.py --dvgo DIR --grid ours [--against FILE]
         [--dvgo-log FILE]
 DIR (or the environment variable DVGO_DIR) is a copy of DirectVoxGO's public code with the
@@ -11,7 +12,12 @@ small changes that run it on current PyTorch (its `run_dvgo.py`). It is GPL code
 script never imports it, it runs it as a separate program.
 
 1. The scene: --config's (`data.*`: the realistic scene at 400x400, 100 training and 25
-   test views), generated on the GPU unless already in `data.path`.
+   test views), generated on the GPU unless already in `data.path`. Or --capture PATH, a
+   capture of one's own in any layout the project reads (Blender, instant-ngp /
+   nerfstudio, LLFF, COLMAP): ours reads it (`data.path`, `data.generate = false`; set
+   `grid.bounds` to its object with --set), DirectVoxGO reads it rewritten in its Blender
+   layout in --work/capture (bench/compare/dvgo/dvgo_capture.py), and its renders are scored
+   against the same test views.
 2. DirectVoxGO, its default schedule (`configs/default.py`: coarse 5000 and fine 20000
    iterations of 8192 rays, fine grid 160^3), from a config file written into --work
    (Blender layout, white background, datadir = the scene): `run_dvgo.py --render_test
@@ -57,6 +63,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: bench, grid, train
 
+from bench.compare.dvgo.dvgo_capture import CaptureError, convert  # noqa: E402
 from bench.compare.dvgo.dvgo_grid import swap_table  # noqa: E402
 from bench.harness import ROOT, nerf_run_meta  # noqa: E402
 from train.config import load_config  # noqa: E402
@@ -321,10 +328,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
         a, r = row.get("peak_allocated"), row.get("peak_reserved")
         return "-" if a is None else f"{a / GIB:.2f} / {r / GIB:.2f}"
 
+    views = f"{meta['train_views']} train / {meta['test_views']} test views"
+    size = "" if "capture" in meta else f"{meta['size']}x{meta['size']}, "
     lines = [
         f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']} | "
-        f"scene {meta['scene']} ({meta['size']}x{meta['size']}, {meta['train_views']} train / "
-        f"{meta['test_views']} test views)",
+        f"scene {meta['scene']} ({size}{views})",
         "",
         "| system | moment | training s | test PSNR (dB) | SSIM | background MSE | "
         "background opacity | peak GiB allocated / reserved |",
@@ -391,6 +399,12 @@ def common_args(description: str, config: str, work: str, work_help: str):
     parser.add_argument("--work", default=str(ROOT / "bench" / "results" / work), help=work_help)
     parser.add_argument("--dvgo-log", default=None, help="reuse this DirectVoxGO output")
     parser.add_argument("--dvgo-only", action="store_true", help="stop after DirectVoxGO")
+    parser.add_argument(
+        "--capture",
+        default=None,
+        help="a capture of your own (Blender, instant-ngp / nerfstudio, LLFF, COLMAP) instead "
+        "of the config's generated scene",
+    )
     return parser
 
 
@@ -426,16 +440,44 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def capture_scene(args, base, work: Path, target: str = "blender") -> tuple[list[str], dict]:
+    """--capture converted for DirectVoxGO into work/capture (`target` layout, and always
+    the Blender layout its renders are scored against); the --set options that make ours
+    read the capture, and the conversion's record. CaptureError for a bad capture or a
+    config that reads it otherwise."""
+    if base.data.downscale != 1:
+        raise CaptureError(
+            f"data.downscale = {base.data.downscale}: the conversion keeps full-size images; "
+            "set data.downscale = 1 (or downscale the capture's images first)"
+        )
+    info = convert(args.capture, work / "capture", target, base.data.holdout_every)
+    sets = [f"data.path={json.dumps(info['data_path'])}", "data.generate=false"]
+    return sets, info
+
+
+def capture_meta(meta: dict, info: dict) -> dict:
+    """nerf_run_meta's record with the capture in place of a generated scene."""
+    height, width = info["hwf"][:2]
+    name = f"capture {Path(info['capture']).name} ({info['layout']}, {width:g}x{height:g})"
+    meta |= {"scene": name, "train_views": info["train_views"], "capture": info}
+    return meta | {"test_views": info["test_views"]}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
+    info = None
     try:
         dvgo_dir = None if args.dvgo_log else find_dvgo(args.dvgo)
         base = load_config(args.config, ["output.progress=false", *args.set])
+        if args.capture:
+            capture_sets, info = capture_scene(args, base, work)
+            args.set = [*args.set, *capture_sets]
+            base = load_config(args.config, ["output.progress=false", *args.set])
         device = select_device(base.device)
         start = time.perf_counter()
-        scene = ensure_scene(base, device).resolve()
+        scene = Path(info["blender"]) if info else ensure_scene(base, device).resolve()
         generated = time.perf_counter() - start
         print(f"bench_dvgo: scene {scene} ready in {generated:.1f} s", flush=True)
         if args.grid == "ours":
@@ -469,10 +511,11 @@ def main(argv=None) -> int:
             as_is = [f"eval.every={base.train.steps}", "output.pictures=false"]
             own = load_config(args.config, ["output.progress=false", *args.set, *as_is])
             shipped = run_ours(own, out / "ours_shipped", device)
-    except (BenchError, ConfigError) as error:
+    except (BenchError, ConfigError, CaptureError) as error:
         print(f"bench_dvgo: {error}", file=sys.stderr)
         return 2
     meta = nerf_run_meta(config, args.config, args.set, device, generated, steps)
+    meta = capture_meta(meta, info) if info else meta
     rows = table_rows(dvgo, scored, ours, shipped)
     table = markdown(rows, meta)
     print(table)

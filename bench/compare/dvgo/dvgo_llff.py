@@ -84,9 +84,12 @@ def llff_rows(c2w: np.ndarray, hwf: tuple[float, float, float], bounds: np.ndarr
     return np.concatenate([m.reshape(len(c2w), 15), np.asarray(bounds, np.float64)], axis=1)
 
 
-def view_bounds(views: Views, samples: int = DEPTH_SAMPLES) -> np.ndarray:
-    """views of the outdoor world -> [V, 2] (near, far): PERCENTILES of the depths along
-    each view's optical axis of the surfaces seen through `samples` x `samples` pixels."""
+def view_bounds(
+    views: Views, samples: int = DEPTH_SAMPLES, world: outdoor.World = outdoor.DEFAULT
+) -> np.ndarray:
+    """views of the outdoor world (`world`: a variant's) -> [V, 2] (near, far): PERCENTILES
+    of the depths along each view's optical axis of the surfaces seen through `samples` x
+    `samples` pixels."""
     stride = max(1, min(views.height, views.width) // samples)
     rows = []
     for v in range(len(views.c2w)):
@@ -95,7 +98,7 @@ def view_bounds(views: Views, samples: int = DEPTH_SAMPLES) -> np.ndarray:
         d = d[::stride, ::stride].reshape(-1, 3).float()
         # the first surface along each ray (inf for the sky); the outdoor world's own ray
         # cast, the one its images are rendered with
-        t = outdoor._nearest(o, d)[0]
+        t = outdoor._nearest(o, d, world=world)[0]
         forward = -views.c2w[v, :3, 2].float()
         depth = (t * (d @ forward))[torch.isfinite(t)]
         if len(depth) == 0:
@@ -120,7 +123,8 @@ def write_llff(scene: Path, folder: Path, hold: int = HOLD) -> dict:
             raise LlffError(f"{scene}: {name} images are not opaque (LLFF images have no alpha)")
         if (views.height, views.width, views.focal) != (first.height, first.width, first.focal):
             raise LlffError(f"{scene}: the splits' cameras differ (LLFF: one camera)")
-    bounds = {name: view_bounds(views) for name, views in splits.items()}
+    world = outdoor.world(int(meta.get("variant", 0)))  # the scene's own (scene.json)
+    bounds = {name: view_bounds(views, world=world) for name, views in splits.items()}
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "images").mkdir(parents=True)
     rows, sources = [], []

@@ -2,14 +2,21 @@
 PSNR and SSIM against training seconds, at DirectVoxGO's end and at equal time, peak memory.
 
     python bench/compare/dvgo/dvgo_unbounded.py --dvgo DIR
-        [--config configs/nerf_unbounded_gpu.toml]
+        [--scene NAME | --capture PATH] [--config configs/nerf_unbounded_gpu.toml]
         [--setting unbounded | llff] [--out DIR] [--work DIR]
         [--ours-steps N | --ours-rate STEPS_PER_S]
         [--dvgo-only | --dvgo-log FILE] [--set KEY=VALUE ...] [--dvgo-iters N]
         [--detach | --wait SECONDS]
 
 1. The scene: --config's (`data.*`: the unbounded scene at 400x400, 175 training and 25 test
-   views), generated on the GPU unless already in `data.path`.
+   views), generated on the GPU unless already in `data.path`. --scene NAME picks one of
+   SCENES instead (the tuning scenes `unbounded` and `forward`, the held-out variants
+   `unbounded_v1`, `unbounded_v2`, `forward_v1`, `forward_v2`: its config, setting and
+   `data.scene_variant`, generated into data/nerf_NAME_400). --capture PATH trains both on
+   a capture of one's own (any layout the project reads: Blender, instant-ngp / nerfstudio,
+   LLFF, COLMAP; bench/compare/dvgo/dvgo_capture.py writes it in LLFF's layout for
+   DirectVoxGO, near and far from the capture; ours reads it as it is, `grid.bounds` and
+   the contraction from --config and --set).
 2. The scene in LLFF's layout in --work/llff (bench/compare/dvgo/dvgo_llff.py): the training
    and test views interleaved so that DirectVoxGO's llffhold = 8 holds out exactly our test views;
    near and far per image from the scene's geometry, as LLFF records them.
@@ -50,6 +57,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: bench, grid, train
 
@@ -57,6 +65,8 @@ from bench.compare.dvgo.bench_dvgo import (  # noqa: E402
     BenchError,
     _ours_row,
     at_time,
+    capture_meta,
+    capture_scene,
     common_args,
     dvgo_rows,
     find_dvgo,
@@ -66,6 +76,7 @@ from bench.compare.dvgo.bench_dvgo import (  # noqa: E402
     run_ours,
     score_renders,
 )
+from bench.compare.dvgo.dvgo_capture import CaptureError  # noqa: E402
 from bench.compare.dvgo.dvgo_llff import LlffError, write_llff  # noqa: E402
 from bench.harness import ROOT, nerf_run_meta  # noqa: E402
 from train.config import load_config  # noqa: E402
@@ -84,6 +95,51 @@ SETTINGS = {
     "llff": ("configs/llff/llff_default.py", "width=None, height=None, "),
 }
 STILL_RUNNING = 3
+
+
+class Wide(NamedTuple):
+    """An unbounded or forward-facing scene of the set: the generated `scene`, its
+    `variant`, its `split` (as bench/training/bench_scenes.py's), ours' `config` and
+    DirectVoxGO's `setting`."""
+
+    scene: str
+    variant: int
+    split: str
+    config: str
+    setting: str
+
+
+#: The unbounded and forward-facing scenes: today's two are the tuning half (every config
+#: value of nerf_unbounded_gpu.toml and nerf_forward_gpu.toml was chosen on them), their
+#: variants (other buildings, sun, ground and paint; the forward rig turned) the held-out half.
+SCENES = {
+    "unbounded": Wide("unbounded", 0, "tune", "nerf_unbounded_gpu.toml", "unbounded"),
+    "unbounded_v1": Wide("unbounded", 1, "held_out", "nerf_unbounded_gpu.toml", "unbounded"),
+    "unbounded_v2": Wide("unbounded", 2, "held_out", "nerf_unbounded_gpu.toml", "unbounded"),
+    "forward": Wide("forward", 0, "tune", "nerf_forward_gpu.toml", "llff"),
+    "forward_v1": Wide("forward", 1, "held_out", "nerf_forward_gpu.toml", "llff"),
+    "forward_v2": Wide("forward", 2, "held_out", "nerf_forward_gpu.toml", "llff"),
+}
+
+
+def pick_scene(args) -> list[str]:
+    """--scene: its config and setting where not given, and the --set options of its
+    variant (its own data.path); BenchError for an unknown name or with --capture."""
+    if args.scene is None:
+        args.config = args.config or str(ROOT / "configs" / "nerf_unbounded_gpu.toml")
+        args.setting = args.setting or "unbounded"
+        return []
+    if args.scene not in SCENES:
+        raise BenchError(f"--scene: unknown {args.scene!r}; expected {', '.join(SCENES)}")
+    if args.capture:
+        raise BenchError("--scene and --capture: give one (a generated scene or your own)")
+    wide = SCENES[args.scene]
+    args.config = args.config or str(ROOT / "configs" / wide.config)
+    args.setting = args.setting or wide.setting
+    if wide.variant == 0:
+        return []
+    path = ROOT / "data" / f"nerf_{args.scene}_400"
+    return [f"data.scene_variant={wide.variant}", f"data.path={json.dumps(str(path))}"]
 
 
 # ---- DirectVoxGO ---------------------------------------------------------------------------
@@ -127,17 +183,20 @@ def run_dvgo(dvgo: Path, config: Path, log: Path) -> str:
     return launch_dvgo(dvgo, config, log, ["dvgo_v2_shims.py"], "dvgo_unbounded")
 
 
-def dvgo_side(args, scene: Path, work: Path, out: Path) -> tuple[dict, dict | None, dict | None]:
+def dvgo_side(
+    args, scene: Path, work: Path, out: Path, capture: dict | None = None
+) -> tuple[dict, dict | None, dict | None]:
     """DirectVoxGO's numbers (run now on the LLFF folder, or --dvgo-log), its renders
-    scored here, and the LLFF folder's description (None if there is none)."""
-    llff = work / "llff"
+    scored here, and the LLFF folder's description (None if there is none). `capture`:
+    --capture's conversion (its LLFF folder already written; `scene` its Blender copy)."""
+    llff = Path(capture["llff"]) if capture else work / "llff"
     if args.dvgo_log:
         text = Path(args.dvgo_log).read_text()
     else:
         dvgo_dir = find_dvgo(args.dvgo)
-        info = write_llff(scene, llff)
+        info = capture or write_llff(scene, llff)
         print(
-            f"dvgo_unbounded: {llff}: {len(info['rows'])} images, near >= "
+            f"dvgo_unbounded: {llff}: {info['train_views'] + info['test_views']} images, near >= "
             f"{info['near_min']:.3f}, far <= {info['far_max']:.1f}",
             flush=True,
         )
@@ -157,6 +216,8 @@ def dvgo_side(args, scene: Path, work: Path, out: Path) -> tuple[dict, dict | No
         print(f"dvgo_unbounded: no DirectVoxGO renders at {renders}: its own numbers only")
     views = llff / "llff_views.json"
     info = json.loads(views.read_text()) if views.is_file() else None
+    if capture:
+        info = capture | {"hold": 8, "bounds": "from the capture (frames' near/far or points)"}
     return dvgo, scored, info
 
 
@@ -307,9 +368,14 @@ def parse_args(argv=None):
     parser.add_argument(
         "--setting",
         choices=sorted(SETTINGS),
-        default="unbounded",
-        help="DirectVoxGO's setting: unbounded (v2, contracted) or llff (forward-facing, NDC)",
+        default=None,
+        help="DirectVoxGO's setting: unbounded (v2, contracted; the default) or llff "
+        "(forward-facing, NDC; --scene forward*'s)",
     )
+    parser.add_argument(
+        "--scene", default=None, help=f"one of {', '.join(SCENES)} (default: --config's scene)"
+    )
+    parser.set_defaults(config=None)  # --scene's, else nerf_unbounded_gpu.toml
     parser.add_argument("--ours-steps", type=int, default=None, help="ours' train.steps")
     parser.add_argument(
         "--ours-rate", type=float, default=DEFAULT_RATE, help="ours' steps/s, for its steps"
@@ -334,13 +400,19 @@ def main(argv=None) -> int:
         if args.detach:
             return detach(argv, work)
         work.mkdir(parents=True, exist_ok=True)
+        args.set = [*pick_scene(args), *args.set]
         base = load_config(args.config, ["output.progress=false", *args.set])
+        capture = None
+        if args.capture:
+            capture_sets, capture = capture_scene(args, base, work, "llff")
+            args.set = [*args.set, *capture_sets]
+            base = load_config(args.config, ["output.progress=false", *args.set])
         device = select_device(base.device)
         start = time.perf_counter()
-        scene = ensure_scene(base, device).resolve()
+        scene = Path(capture["blender"]) if capture else ensure_scene(base, device).resolve()
         generated = time.perf_counter() - start
         print(f"dvgo_unbounded: scene {scene} ready in {generated:.1f} s", flush=True)
-        dvgo, scored, info = dvgo_side(args, scene, work, out)
+        dvgo, scored, info = dvgo_side(args, scene, work, out, capture)
         if args.dvgo_only:
             result = {"dvgo": dvgo, "dvgo_scored": scored, "llff": info}
             (out / "dvgo_unbounded.json").write_text(json.dumps(result, indent=2))
@@ -352,10 +424,13 @@ def main(argv=None) -> int:
         sets = ["output.progress=false", *args.set, *ours_overrides(t, steps)]
         config = load_config(args.config, sets)
         ours = run_ours(config, out / "ours", device)
-    except (BenchError, ConfigError, LlffError) as error:
+    except (BenchError, ConfigError, LlffError, CaptureError) as error:
         print(f"dvgo_unbounded: {error}", file=sys.stderr)
         return 2
     meta = nerf_run_meta(config, args.config, args.set, device, generated, steps)
+    meta = capture_meta(meta, capture) if capture else meta
+    if args.scene:
+        meta |= {"scene": args.scene, "split": SCENES[args.scene].split}
     rows = table_rows(dvgo, scored, ours)
     table = "\n".join([markdown(rows, meta), *notes(dvgo, ours["records"], info, steps)])
     print(table)

@@ -9,7 +9,8 @@
 # Only JIT-builds DirectVoxGO's CUDA extensions, so that a later `dvgo --dvgo-only` call on the
 # same warm machine spends its 10 minutes on training. $OUT/dvgo_build.log.
 #
-#   bash bench/gpu.sh dvgo [extra bench_dvgo.py arguments, e.g. --ours-steps N --set K=V...]
+#   bash bench/gpu.sh dvgo [extra bench_dvgo.py arguments, e.g. --ours-steps N --set K=V...,
+#       --capture PATH: a capture of one's own instead of the realistic scene]
 # bench/compare/dvgo/bench_dvgo.py: the realistic scene (configs/nerf_realistic_gpu.toml,
 # 400x400, generated on the GPU), DirectVoxGO trained and tested on it, then ours for as long,
 # evaluated at 1/3, 2/3 and all of DirectVoxGO's training time. Writes to $OUT/dvgo: dvgo.md
@@ -25,14 +26,17 @@
 # --work /tmp/own`, then `bash bench/gpu.sh dvgo --grid ours --dvgo-only --against
 # /tmp/own/dvgo.log` ($OUT/dvgo/dvgo_grid.md).
 #
-#   bash bench/gpu.sh dvgo --scene unbounded|forward [extra dvgo_unbounded.py arguments...]
+#   bash bench/gpu.sh dvgo --scene unbounded|forward|unbounded_v1|unbounded_v2|forward_v1|forward_v2
+#       [extra dvgo_unbounded.py arguments...]
 # bench/compare/dvgo/dvgo_unbounded.py: the unbounded scene (configs/nerf_unbounded_gpu.toml:
 # 400x400, 175 training and 25 test views), written in LLFF's layout (dvgo_llff.py: the views
 # interleaved so that llffhold = 8 holds out exactly the test views), DirectVoxGO v2's own
 # unbounded setting on it (no coarse stage, 40000 iterations of 4096 rays, a contracted 320^3
 # grid, its distortion loss from dvgo_v2_shims.py), then ours for as long, evaluated at T/2
 # and T. `forward`: --setting llff, DirectVoxGO's NDC setting, on
-# configs/nerf_forward_gpu.toml's scene. Writes to $OUT/dvgo: dvgo_unbounded.md / .json,
+# configs/nerf_forward_gpu.toml's scene. The `_v1`, `_v2` scenes are the held-out variants
+# (data.scene_variant: other buildings, sun, ground and paint), their work folders
+# bench/results/dvgo_<scene>_work. Writes to $OUT/dvgo: dvgo_unbounded.md / .json,
 # dvgo.log, ours/. Its work folder (the LLFF copy, DirectVoxGO's logs and renders) is
 # bench/results/dvgo_unbounded_work. DirectVoxGO v2 runs longer than one 10-minute call, so it
 # runs detached and later calls wait for it, on one warm machine: `bash bench/gpu.sh
@@ -57,11 +61,13 @@ if [ "$what" = dvgo ]; then
   mkdir -p "$OUT/dvgo"
   script=bench/compare/dvgo/bench_dvgo.py
   if [ "${1:-}" = --scene ]; then  # the bounded scene is bench_dvgo.py's own
-    case "${2:-}" in
-      unbounded) set -- "${@:3}" ;;
-      forward) set -- --setting llff --config configs/nerf_forward_gpu.toml \
-        --work bench/results/dvgo_forward_work "${@:3}" ;;
-      *) echo "dvgo: --scene takes unbounded or forward, got '${2:-}'"; exit 2 ;;
+    case "${2:-}" in  # dvgo_unbounded.py's SCENES: its config and setting come with it
+      unbounded) set -- --scene unbounded "${@:3}" ;;
+      forward) set -- --scene forward --work bench/results/dvgo_forward_work "${@:3}" ;;
+      unbounded_v[1-9] | forward_v[1-9])
+        set -- --scene "$2" --work "bench/results/dvgo_${2}_work" "${@:3}" ;;
+      *) echo "dvgo: --scene takes unbounded, forward (tuning) or unbounded_v1, unbounded_v2," \
+        "forward_v1, forward_v2 (held out), got '${2:-}'"; exit 2 ;;
     esac
     script=bench/compare/dvgo/dvgo_unbounded.py
   fi

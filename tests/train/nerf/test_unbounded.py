@@ -269,3 +269,76 @@ def test_forward_config_loads():
         load_config("configs/nerf_forward.toml", ["nerf.contraction=none"]).nerf.contraction
         == "none"
     )
+
+
+def test_variant_zero_is_the_scene_as_shipped():
+    for scene, module in (("unbounded", outdoor), ("forward", forward)):
+        assert generate.scene_module(scene, variant=0) is module
+        meta = generate.scene_metadata(16, 3, 1, 2, 0, scene, variant=0)
+        assert "variant" not in meta  # scene.json unchanged: nothing is regenerated
+        assert meta == generate.scene_metadata(16, 3, 1, 2, 0, scene)
+    assert outdoor.world(0) is outdoor.DEFAULT
+    assert outdoor.DEFAULT.buildings == outdoor.BUILDINGS and outdoor.DEFAULT.sun == outdoor.SUN
+
+
+def test_variants_are_other_worlds_under_the_same_cameras(tmp_path):
+    one, two = outdoor.world(1), outdoor.world(2)
+    assert one == outdoor.world(1) and one != two and one.sun != outdoor.SUN
+    for w in (one, two):
+        assert len(w.buildings) == len(outdoor.BUILDINGS)
+        distance = [math.hypot(*b[0]) for b in w.buildings]
+        assert 9.0 <= min(distance) and max(distance) <= 70.0 and max(distance) > 40.0
+        assert all(2.0 <= b[2] <= 30.0 for b in w.buildings)
+        elevation = math.degrees(math.asin(w.sun[2] / math.hypot(*w.sun)))
+        assert 25.0 <= elevation <= 55.0
+    scene = generate.scene_module("unbounded", variant=1)
+    assert scene.METADATA["variant"] == 1
+    shipped = outdoor.camera_poses(4, 1, 2, seed=3)
+    assert all(torch.equal(shipped[k], scene.camera_poses(4, 1, 2, seed=3)[k]) for k in shipped)
+    a = generate.generate_scene(
+        tmp_path / "a", size=16, n_train=2, n_val=1, n_test=1, scene="unbounded"
+    )
+    b = generate.generate_scene(
+        tmp_path / "b", size=16, n_train=2, n_val=1, n_test=1, scene="unbounded", variant=1
+    )
+    assert json.loads((b / "scene.json").read_text())["variant"] == 1
+    assert (a / "train/r_0.png").read_bytes() != (b / "train/r_0.png").read_bytes()
+    again = generate.ensure_scene(
+        b, size=16, n_train=2, n_val=1, n_test=1, scene="unbounded", variant=1
+    )
+    assert again == b  # found in place, current
+
+
+def test_a_forward_variant_turns_the_rig_about_the_vertical():
+    scene = generate.scene_module("forward", variant=1)
+    turn = forward.rig_turn(1)
+    assert scene.turn == turn and abs(turn) > 1e-3 and forward.rig_turn(0) == 0.0
+    shipped, turned = forward.camera_poses(9, 2, 4, seed=3), scene.camera_poses(9, 2, 4, seed=3)
+    for k in shipped:
+        a, b = shipped[k], turned[k]
+        assert torch.allclose(a[:, 2, :], b[:, 2, :])  # heights and tilts kept
+        assert torch.allclose(a[:, :3, 3][:, :2].norm(dim=-1), b[:, :3, 3][:, :2].norm(dim=-1))
+        heading = lambda c: torch.atan2(-c[:, 1, 2], -c[:, 0, 2])  # noqa: E731
+        delta = torch.remainder(heading(b) - heading(a) + math.pi, 2 * math.pi) - math.pi
+        assert torch.allclose(delta, torch.full_like(delta, math.remainder(turn, 2 * math.pi)))
+    sun = outdoor.world(1).sun
+    facing = math.atan2(-turned["train"][0, 1, 2], -turned["train"][0, 0, 2])
+    away = math.remainder(facing - math.atan2(sun[1], sun[0]) - math.pi, 2 * math.pi)
+    assert abs(away) <= math.radians(60.0) + math.radians(forward.TURN) + 1e-6
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["data.scene_variant=-1"], "data.scene_variant: expected an integer >= 0, got -1"),
+        (
+            ["data.scene=realistic", "data.scene_variant=1"],
+            "data.scene_variant: only the unbounded and forward scenes have variants",
+        ),
+    ],
+)
+def test_variant_config_errors_name_the_key(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("configs/nerf_unbounded.toml", sets)
+    with pytest.raises(ValueError, match="only the unbounded and forward scenes"):
+        generate.scene_module("procedural", variant=2)

@@ -17,6 +17,11 @@ the patch's inner `INNER` (in between the training cameras), turned alike. The s
 everything. The baseline (the patch, 1.2 x 0.6 units) is a small fraction of the depth
 (2.2 units to the object, infinity to the sky): a capture of photographs taken by stepping
 sideways, as LLFF's. Images are opaque RGBA, each pixel 2x2 rays.
+
+Variants (`data.scene_variant`, `ForwardScene`): variant 0 is the above, bit for bit; variant
+k > 0 looks at `outdoor.world(k)` (other buildings, sun, ground and paint) with the whole rig
+turned about the vertical axis through the object (`rig_turn`), so that the cameras face away
+from that world's sun give or take 60 degrees, as they do here.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import torch
 from torch import Tensor
 
 from ..data.cameras import look_at_origin
+from . import outdoor
 from .outdoor import CAMERA_ANGLE_X, STEP, SUPERSAMPLE, render_rays
 
-__all__ = ["CAMERA_ANGLE_X", "STEP", "SUPERSAMPLE", "camera_poses", "render_rays"]
+__all__ = ["CAMERA_ANGLE_X", "STEP", "SUPERSAMPLE", "ForwardScene", "camera_poses", "render_rays"]
 
 PATCH_CENTRE = (0.3, -3.6, 1.0)
 TILT, YAW = 10.0, 6.0  # degrees below the horizontal; from +y towards -x
@@ -94,3 +100,40 @@ def camera_poses(n_train: int, n_val: int, n_test: int, seed: int) -> dict[str, 
         return _poses(uv, gen)
 
     return {"train": train, "val": inner(n_val), "test": inner(n_test)}
+
+
+def rig_turn(variant: int) -> float:
+    """Radians the camera rig of `variant` turns about z (0 for variant 0): its forward
+    direction's azimuth ends opposite that world's sun, give or take 60 degrees."""
+    if variant == 0:
+        return 0.0
+    sun = outdoor.world(variant).sun
+    gen = torch.Generator().manual_seed(outdoor.VARIANT_SEED + variant)
+    spread = (2 * float(torch.rand(1, generator=gen, dtype=torch.float64)) - 1) * math.pi / 3
+    target = math.atan2(sun[1], sun[0]) + math.pi + spread
+    return target - math.atan2(FORWARD[1], FORWARD[0])
+
+
+class ForwardScene:
+    """The forward-facing scene of `variant` > 0 (what `train.nerf.scenes.generate` asks of a
+    scene module); variant 0 is this module itself."""
+
+    STEP = STEP
+    SUPERSAMPLE = SUPERSAMPLE
+    CAMERA_ANGLE_X = CAMERA_ANGLE_X
+
+    def __init__(self, variant: int) -> None:
+        self.variant, self.world = variant, outdoor.world(variant)
+        self.turn = rig_turn(variant)
+        self.METADATA = {**METADATA, "variant": variant, "rig_turn": self.turn}
+
+    def camera_poses(self, n_train: int, n_val: int, n_test: int, seed: int) -> dict:
+        """The module's `camera_poses`, every camera turned by `rig_turn` about z."""
+        c, s = math.cos(self.turn), math.sin(self.turn)
+        turn = torch.eye(4, dtype=torch.float64)
+        turn[:2, :2] = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+        return {k: turn @ v for k, v in camera_poses(n_train, n_val, n_test, seed).items()}
+
+    def render_rays(self, origins: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        """As `outdoor.render_rays`, in this variant's world."""
+        return render_rays(origins, directions, self.world)

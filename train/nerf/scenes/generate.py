@@ -12,6 +12,7 @@ by LLFF-style cameras on a small patch) or a scanned mesh in one of several look
     python -m train.nerf.scenes.generate --scene realistic --out data/nerf_realistic --size 64
     python -m train.nerf.scenes.generate --scene unbounded --out data/nerf_unbounded --size 64
     python -m train.nerf.scenes.generate --scene forward --out data/nerf_forward --size 64
+    python -m train.nerf.scenes.generate --scene unbounded --variant 1 --out DIR --size 64
     python -m train.nerf.scenes.generate --scene scan --mesh bunny.off --look glossy --out DIR
 
 Cameras sit on a sphere of radius 4 looking at the origin (z is up, as in the original
@@ -93,10 +94,26 @@ def camera_poses(n_train: int, n_val: int, n_test: int, seed: int) -> dict[str, 
 # ---- writing the dataset -------------------------------------------------------------------
 
 
-def scene_module(scene: str, scan: dict | None = None):
+VARIANT_SCENES = ("unbounded", "forward")  # the scenes that have variants (`variant` > 0)
+
+
+def scene_module(scene: str, scan: dict | None = None, variant: int = 0):
     """The module that defines `scene`: its STEP, render_rays, (but procedural)
     SUPERSAMPLE and, where it has its own cameras, camera_poses and CAMERA_ANGLE_X.
-    `scan` (scene "scan"): `train.nerf.scenes.scan.ScanScene`'s arguments (mesh, look, up)."""
+    `scan` (scene "scan"): `train.nerf.scenes.scan.ScanScene`'s arguments (mesh, look, up).
+    `variant` (scenes VARIANT_SCENES): another world (`outdoor.world`); 0 is the module."""
+    if isinstance(variant, bool) or not isinstance(variant, int) or variant < 0:
+        raise ValueError(f"variant must be an integer >= 0; got {variant!r}")
+    if variant and scene not in VARIANT_SCENES:
+        raise ValueError(
+            f"variant {variant}: only the {' and '.join(VARIANT_SCENES)} scenes have variants, "
+            f"not {scene!r}"
+        )
+    if variant:
+        from .forward import ForwardScene
+        from .outdoor import OutdoorScene
+
+        return (OutdoorScene if scene == "unbounded" else ForwardScene)(variant)
     if scene == "scan":
         from .scan import ScanScene
 
@@ -128,6 +145,7 @@ def render_views(
     chunk: int | None = None,
     scene: str = "procedural",
     scan: dict | None = None,
+    variant: int = 0,
 ) -> Tensor:
     """c2w [V, 4, 4] -> straight (not premultiplied) RGBA [V, size, size, 4] float32 in [0, 1].
 
@@ -140,7 +158,7 @@ def render_views(
     """
     from ..data.blender import Views, camera_rays
 
-    module = scene_module(scene, scan)
+    module = scene_module(scene, scan, variant)
     k = getattr(module, "SUPERSAMPLE", 1)
     if chunk is None:
         on_gpu = torch.device(device).type == "cuda"
@@ -189,13 +207,15 @@ def scene_metadata(
     seed: int,
     scene: str = "procedural",
     scan: dict | None = None,
+    variant: int = 0,
 ) -> dict:
     """What `scene.json` holds: enough to tell whether a generated scene is current (the
     procedural scene's has no "scene" key, as before there were two; a scan scene's names
-    its mesh file, the file's hash and the look)."""
+    its mesh file, the file's hash and the look; a variant's, its number: variant 0 has no
+    "variant" key, as before variants existed)."""
     if scene not in SCENES:
         raise ValueError(f"scene must be one of {', '.join(map(repr, SCENES))}; got {scene!r}")
-    module = scene_module(scene, scan)
+    module = scene_module(scene, scan, variant)
     metadata = {
         "generator": GENERATOR,
         "version": SCENES[scene],
@@ -226,8 +246,9 @@ def generate_scene(
     device: str = "cpu",
     scene: str = "procedural",
     scan: dict | None = None,
+    variant: int = 0,
 ) -> Path:
-    """Renders `scene` into `out_dir` in the Blender layout and returns `out_dir`.
+    """Renders `scene` (its `variant`) into `out_dir` in the Blender layout and returns `out_dir`.
 
     Writes transforms_{train,val,test}.json, {train,val,test}/r_{i}.png (size x size RGBA)
     and scene.json. The files are assembled in a sibling directory and moved into place
@@ -237,7 +258,7 @@ def generate_scene(
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     _check_arguments(size, counts, seed)
-    metadata = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan)
+    metadata = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan, variant)
     out_dir = Path(out_dir)
     # Any folder it did not write is refused, an empty one too (a typo's, or a capture not
     # copied yet): a generated scene never stands in for data silently.
@@ -252,8 +273,9 @@ def generate_scene(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir(parents=True)
-        poses = getattr(scene_module(scene, scan), "camera_poses", camera_poses)
-        _write_splits(staging, poses(n_train, n_val, n_test, seed), size, device, scene, scan)
+        module = scene_module(scene, scan, variant)
+        poses = getattr(module, "camera_poses", camera_poses)(n_train, n_val, n_test, seed)
+        _write_splits(staging, poses, size, device, scene, scan, variant)
         (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
         if out_dir.exists():  # moved aside whole, then deleted: never half a scene there
             out_dir.rename(old)
@@ -268,13 +290,19 @@ def generate_scene(
 
 
 def _write_splits(
-    root: Path, poses: dict[str, Tensor], size: int, device: str, scene: str, scan: dict | None
+    root: Path,
+    poses: dict[str, Tensor],
+    size: int,
+    device: str,
+    scene: str,
+    scan: dict | None,
+    variant: int = 0,
 ) -> None:
     """Renders every split in one pass (fewer, fuller ray batches) and writes PNGs and json."""
     from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
 
     views = torch.cat(list(poses.values()))
-    rgba = render_views(views, size, device=device, scene=scene, scan=scan)
+    rgba = render_views(views, size, device=device, scene=scene, scan=scan, variant=variant)
     first = 0
     for split, c2w in poses.items():
         (root / split).mkdir()
@@ -284,7 +312,7 @@ def _write_splits(
             Image.fromarray(pixels).save(root / split / f"r_{k}.png")
             frames.append({"file_path": f"./{split}/r_{k}", "transform_matrix": c2w[k].tolist()})
         first += len(c2w)
-        angle = getattr(scene_module(scene, scan), "CAMERA_ANGLE_X", CAMERA_ANGLE_X)
+        angle = getattr(scene_module(scene, scan, variant), "CAMERA_ANGLE_X", CAMERA_ANGLE_X)
         meta = {"camera_angle_x": angle, "frames": frames}
         (root / f"transforms_{split}.json").write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -316,13 +344,14 @@ def ensure_scene(
     device: str = "cpu",
     scene: str = "procedural",
     scan: dict | None = None,
+    variant: int = 0,
 ) -> Path:
     """`out_dir` holding the current `scene` at these settings, generating it if needed.
 
-    Regenerates when scene.json is absent or differs (older version, other scene, size,
-    counts or seed); returns at once when it matches.
+    Regenerates when scene.json is absent or differs (older version, other scene, variant,
+    size, counts or seed); returns at once when it matches.
     """
-    wanted = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan)
+    wanted = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan, variant)
     if read_scene_metadata(out_dir) == wanted:
         return Path(out_dir)
     return generate_scene(
@@ -335,6 +364,7 @@ def ensure_scene(
         device=device,
         scene=scene,
         scan=scan,
+        variant=variant,
     )
 
 
@@ -358,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mesh", help="scan scene: the .off or .ply mesh")
     parser.add_argument("--look", default="glossy", help="scan scene: glossy, mirror, rough, ...")
     parser.add_argument("--up", default="+y", help="scan scene: the mesh's up axis (+y, +z, ...)")
+    parser.add_argument(
+        "--variant", type=int, default=0, help="unbounded and forward scenes: another world (k > 0)"
+    )
     args = parser.parse_args(argv)
     scan = {"mesh": args.mesh, "look": args.look, "up": args.up} if args.scene == "scan" else None
     if args.out is None:
@@ -379,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             scene=args.scene,
             scan=scan,
+            variant=args.variant,
         )
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -115,9 +115,9 @@ def render_rays(origins: Tensor, directions: Tensor) -> Tensor:
     return rgb.clamp(0.0, 1.0)
 
 
-def paint(points: Tensor) -> Tensor:
-    """Albedo [N, 3] in [0.1, 0.9] at world points [N, 3]."""
-    gen = torch.Generator().manual_seed(SEED)
+def paint(points: Tensor, seed: int = SEED) -> Tensor:
+    """Albedo [N, 3] in [0.1, 0.9] at world points [N, 3]; `seed` draws the colour grids."""
+    gen = torch.Generator().manual_seed(seed)
     normalised = (points / 1.5).float()
     albedo = 0
     for cells in PAINT:
