@@ -16,7 +16,8 @@ on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realis
 with --gsplat Gaussian splatting on each scene (bench/compare/gsplat/gsplat_scene.py; gsplat's
 kernels are JIT-built first, on the CPU, as DirectVoxGO's).
 A free GPU takes the first job whose scene is generated (and whose build is done): each
-job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU, its output
+job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU (the n-th of
+the caller's CUDA_VISIBLE_DEVICES where that is set: two pools share a host that way), its output
 in --work/logs/<job>.log, its numbers in --work/jobs/<job>/scenes.json. After every job the
 numbers of all finished jobs are merged into --out/scenes.json and scenes.md
 (bench_scenes.py's table), so a pool cut short keeps what finished, and a later pool with
@@ -156,6 +157,15 @@ def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
     save(out, {n: results[n] for n in order}, meta)
 
 
+def device_id(gpu: int) -> str:
+    """The CUDA device of the pool's GPU `gpu`: the gpu-th of the caller's
+    CUDA_VISIBLE_DEVICES where it is set (two pools can then share a host, each on its own
+    GPUs), else `gpu` itself."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [d for d in visible if d]
+    return visible[gpu] if gpu < len(visible) else str(gpu)
+
+
 def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
     """Runs `jobs` over `gpus` GPUs, args.per_gpu at once on each; 0 when every job
     succeeded, else 1."""
@@ -206,7 +216,7 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
             if job is None:
                 break
             waiting.remove(job)
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=device_id(gpu))
             log = (args.work / "logs" / f"{job['name']}.log").open("w")
             say(f"{job['name']} on GPU {gpu}: {shlex.join(job['args'])}")
             process = subprocess.Popen(

@@ -206,3 +206,12 @@ def test_split_picks_one_half_of_the_scenes(tmp_path, capsys):
     assert "--split: expected tune, held_out or all, got 'heldout'" in capsys.readouterr().err
     assert scenes_pool.main([*argv, "--split", "tune", "--scenes", "dino_mirror"]) == 2
     assert "--split tune: dino_mirror not in it" in capsys.readouterr().err
+
+
+def test_device_id_follows_the_callers_visible_devices(monkeypatch):
+    from bench.training.scenes_pool import device_id
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [device_id(g) for g in range(3)] == ["0", "1", "2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 1")
+    assert [device_id(g) for g in range(2)] == ["3", "1"]
