@@ -35,7 +35,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from grid.multires_grid import MultiresGrid
 from grid.voxel_grid import VoxelGrid
 
 from ..config import Config
@@ -45,12 +44,11 @@ from ..experiment import Experiment
 from ..grid_schedule import GridSchedule, learning_rate, make_optimizer, uniform_points
 from ..mesh.triangles import Mesh, write_ply
 from ..metrics import LaggedValues
-from ..multires_config import growth_factor
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .denoise import project_to_surfaces
 from .evaluation import Evaluation
-from .multires_field import MultiresSdf, multires_optimizer, set_group_rates
+from .multires_field import MultiresSdf, multires_field, multires_optimizer, set_group_rates
 from .neighbours import knn
 from .normals import estimate_normals, normal_agreement
 from .points import (
@@ -323,18 +321,9 @@ class SdfExperiment(GridSchedule, Experiment):
         """sdf.encoding = "multires": the coarse grid at grid.resolution (whatever
         `resolution` a checkpoint recorded: the mesh's lattice) plus the decoded
         MultiresGrid of [multires] (train/sdf/multires_field.py)."""
-        c, m = self.config, self.config.multires
+        c = self.config
         base = self.make_grid(as_resolution(c.grid.resolution, "grid.resolution"))
-        encoding = MultiresGrid(
-            m.levels,
-            m.features,
-            1 << m.log2_table_size,
-            m.base_resolution,
-            growth_factor(m),
-            c.grid.bounds,
-            device=self.device,
-        )
-        return MultiresSdf(base, encoding, final_resolution(c))
+        return multires_field(c, base, final_resolution(c))
 
     def group_rates(self, step: int) -> list[float]:
         """sdf.encoding = "multires": the learning rates of the optimiser's groups at `step`

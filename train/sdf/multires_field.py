@@ -27,6 +27,8 @@ from torch import Tensor, nn
 from grid.multires_grid import MultiresGrid
 from grid.voxel_grid import VoxelGrid
 
+from ..multires_config import growth_factor
+
 #: Width of the decoder's hidden layer.
 HIDDEN = 64
 #: Softplus sharpness: close to a ReLU, but with the second derivative the eikonal term needs.
@@ -109,6 +111,22 @@ class MultiresSdf(nn.Module):
             )  # [r, Y * Z, 3]
             values[start : start + len(x)] = self(points)[..., 0].float()
         return grid
+
+
+def multires_field(config: Any, base: VoxelGrid, resolution: Sequence[int]) -> MultiresSdf:
+    """The field of `config`'s [multires] table over `base` (its box and device), meshed
+    on a `resolution` lattice."""
+    m = config.multires
+    encoding = MultiresGrid(
+        m.levels,
+        m.features,
+        1 << m.log2_table_size,
+        m.base_resolution,
+        growth_factor(m),
+        base.bounds.tolist(),
+        device=base.features.device,
+    )
+    return MultiresSdf(base, encoding, resolution)
 
 
 def multires_optimizer(

@@ -17,6 +17,7 @@ from train.config import ConfigError, load_config
 from train.multires_config import growth_factor
 from train.sdf.experiment import sdf_losses
 from train.sdf.multires_field import MultiresSdf, multires_optimizer, set_group_rates
+from train.sdf.view import load_sdf_grid
 
 # SHORT's sphere with a small multires field: 4 levels x 2^12 rows x 2 features, 4 to 32
 # cells per axis, meshed on SHORT's final 16^3 lattice.
@@ -74,6 +75,12 @@ def test_a_short_multires_run_lowers_the_loss_and_writes_a_mesh(tmp_path):
     state = final_state(out)
     assert state["model"]["encoding.table"].shape == (4, 2**12, 2)
     assert state["resolution"] == [16, 16, 16]
+    # what `grid-train view` shows: the field sampled on the mesh's lattice
+    grid = load_sdf_grid(out, load_config(out / "config.toml"), state, torch.device("cpu"))
+    values = grid.features[..., 0]
+    assert grid.resolution == (16, 16, 16) and values[8, 8, 8] < 0 < values[0, 0, 0]
+    inside = (values < 0).sum().item() * (2 / 15) ** 3  # the sphere of radius 0.6: 0.905
+    assert inside == pytest.approx(4 / 3 * torch.pi * 0.6**3, rel=0.15)
 
 
 @pytest.mark.parametrize("stop_at", [25, 30])  # 30: at the (no-op) upsample step
