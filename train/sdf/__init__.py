@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..dependencies import INSTALL_SDF, require
+from ..multires_config import MultiresConfig
 from ..schema import ExperimentSpec
 from .config import POINTS_KIND_KEYS, PointsConfig, SdfConfig, memory, validate
 
@@ -55,7 +56,7 @@ def validate_and_fit_box(config: Config, explicit: dict[str, set[str]]) -> None:
 SPEC = ExperimentSpec(
     name="sdf",
     summary="a signed distance grid from the oriented points of `[points]`",
-    sections={"points": PointsConfig, "sdf": SdfConfig},
+    sections={"points": PointsConfig, "sdf": SdfConfig, "multires": MultiresConfig},
     validate=validate_and_fit_box,
     experiment="SdfExperiment",
     unit="points",

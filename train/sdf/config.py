@@ -7,7 +7,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputFileError
-from ..schema import Need, check_kind_keys, choice, doc, grid_need, positive, triple
+from ..multires_config import table_entries, validate_multires
+from ..schema import (
+    ADAM_COPIES,
+    Need,
+    check_kind_keys,
+    choice,
+    doc,
+    grid_need,
+    largest_grid,
+    positive,
+    triple,
+)
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -87,8 +98,20 @@ class PointsConfig:
     )
 
 
+ENCODINGS = ("dense", "multires")
+
+
 @dataclass
 class SdfConfig:
+    encoding: str = doc(
+        "sdf: what f is: `dense` (one VoxelGrid, refined coarse to fine) or `multires`: a "
+        "coarse grid at `grid.resolution` (set by `grid.init`) plus a small MLP over a "
+        "multiresolution hash grid (`[multires]`; train/sdf/multires_field.py), meshed by "
+        "marching cubes on f sampled at the final resolution of the schedule; the upsamples "
+        "change nothing, and `sdf.repair_signs`, `sdf.scatter_voxels` and "
+        "`train.upsample_moments` do not apply (docs/sdf.md, Multiresolution encoding).",
+        "dense",
+    )
     surface_units: str = doc(
         "sdf: the units of f in the surface term (the mean of f^2 at the points): `world`, "
         "or `voxel` (f over the current voxel size): then the term keeps its weight "
@@ -203,6 +226,19 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             f"points.normal_neighbours: expected an integer >= 3, got {p.normal_neighbours}"
         )
     s = c.sdf
+    choice(s.encoding, ENCODINGS, "sdf.encoding")
+    validate_multires(c.multires)
+    if s.encoding == "multires":
+        if c.train.tv_weight:
+            raise ConfigError(
+                f"train.tv_weight: not used with sdf.encoding = 'multires' (the total "
+                f"variation is a dense grid's), got {c.train.tv_weight}; set it to 0"
+            )
+        if c.grid.interpolation != "linear":
+            raise ConfigError(
+                f"grid.interpolation: sdf.encoding = 'multires' interpolates linearly only, "
+                f"got {c.grid.interpolation!r}"
+            )
     choice(s.surface_units, ("world", "voxel"), "sdf.surface_units")
     choice(s.keep, KEEP, "sdf.keep")
     positive(s.support_ratio, "sdf.support_ratio")
@@ -238,7 +274,7 @@ def memory(c: Config) -> list[Need]:
     cloud (a file's size is not known before it is read), the held-out points."""
     t, p, e = c.train, c.points, c.eval.points
     needs = [
-        grid_need(c, 1),
+        grid_need(c, 1) if c.sdf.encoding == "dense" else multires_need(c),
         Need(
             "train.batch_size",
             f"{t.batch_size} surface and {t.eikonal_points} uniform points per step",
@@ -251,3 +287,16 @@ def memory(c: Config) -> list[Need]:
             Need("points.count", f"{p.count} oriented points", p.count * CLOUD_POINT_BYTES)
         )
     return needs
+
+
+def multires_need(c: Config) -> Need:
+    """sdf.encoding = "multires": the table with its gradient and Adam's moments, and the
+    lattice f is sampled on for the mesh (the base grid and the decoder are small)."""
+    m = c.multires
+    x, y, z = largest_grid(c)[1]
+    return Need(
+        "multires.log2_table_size",
+        f"the multires table of {m.levels} x 2^{m.log2_table_size} x {m.features} with its "
+        f"gradient and 2 Adam moments, and the {x}x{y}x{z} lattice of the mesh",
+        (table_entries(m) * ADAM_COPIES + x * y * z) * 4,
+    )

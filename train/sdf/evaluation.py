@@ -28,10 +28,11 @@ Chamfer distance are computed by rank 0 only (which alone writes them).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from grid.voxel_grid import VoxelGrid
 
@@ -103,8 +104,15 @@ class Evaluation:
             with torch.no_grad():
                 self.near_sdf = self.shape(self.near)
 
-    def __call__(self, model: VoxelGrid, interpolation: str) -> dict[str, Any]:
-        """The numbers of the module docstring for the current grid."""
+    def __call__(
+        self,
+        model: nn.Module,
+        interpolation: str,
+        mesh_grid: Callable[[], VoxelGrid] | None = None,
+    ) -> dict[str, Any]:
+        """The numbers of the module docstring for the current field `model` (points [..., 3]
+        -> f [..., 1]: a VoxelGrid, or sdf.encoding = "multires"'s field); the mesh is
+        marching cubes on the grid `mesh_grid()` returns (default: `model` itself)."""
         world = self.world
         mine = world.split(self.points.shape[0])
         rows = slice(mine.start, mine.stop)
@@ -123,7 +131,7 @@ class Evaluation:
         out["surface_f"] = total[0] / n
         out["normal_error"] = total[1] / n
         if self.with_mesh and world.is_main:
-            out.update(self.chamfer(model, interpolation))
+            out.update(self.chamfer(model if mesh_grid is None else mesh_grid(), interpolation))
         return out
 
     def chamfer(self, model: VoxelGrid, interpolation: str) -> dict[str, Any]:

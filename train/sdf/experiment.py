@@ -41,13 +41,14 @@ from ..config import Config
 from ..distributed import SINGLE, World
 from ..errors import ConfigError, plural, writing
 from ..experiment import Experiment
-from ..grid_schedule import GridSchedule, make_optimizer, uniform_points
+from ..grid_schedule import GridSchedule, learning_rate, make_optimizer, uniform_points
 from ..mesh.triangles import Mesh, write_ply
 from ..metrics import LaggedValues
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .denoise import project_to_surfaces
 from .evaluation import Evaluation
+from .multires_field import MultiresSdf, multires_field, multires_optimizer, set_group_rates
 from .neighbours import knn
 from .normals import estimate_normals, normal_agreement
 from .points import (
@@ -256,7 +257,9 @@ class SdfExperiment(GridSchedule, Experiment):
             )
         res = final_resolution(c)
         spread = (self.cloud.report or {}).get("points_spread_quartile")
-        self.cap = None if spread is None else scatter_cap(c, spread)
+        # a multires field has no upsamples to stop (sdf.encoding)
+        self.multires = c.sdf.encoding == "multires"
+        self.cap = None if spread is None or self.multires else scatter_cap(c, spread)
         if self.cap is not None:
             if world.is_main:
                 print(
@@ -282,20 +285,12 @@ class SdfExperiment(GridSchedule, Experiment):
         self.label = f"sdf {c.points.kind}"
         self.evaluation = Evaluation(c, self.cloud, res, device, world)
         torch.manual_seed(c.seed)
-        self.model = VoxelGrid(
-            resolution or as_resolution(c.grid.resolution, "grid.resolution"),
-            1,
-            c.grid.bounds,
-            init="zeros" if c.grid.init == "points" else c.grid.init,
-            init_scale=c.grid.init_scale,
-            padding=c.grid.padding,
-            interpolation=self.interpolation,
-            device=device,
-        )
-        if c.grid.init == "points":
-            points_init(self.model, self.cloud, torch.Generator().manual_seed(c.seed))
+        self.model = (self.make_multires if self.multires else self.make_grid)(resolution)
         self.graphed = use_graphs(c, device)  # steps as CUDA graph replays (train/step_graph.py)
-        self.optimizer = make_optimizer(self.model, c, self.graphed)
+        if self.multires:
+            self.optimizer = multires_optimizer(self.model, self.group_rates(0), c, self.graphed)
+        else:
+            self.optimizer = make_optimizer(self.model, c, self.graphed)
         self.terms = torch.zeros(3)  # the last batch's (surface, normal, eikonal) terms
         self.bar_terms = LaggedValues()  # read for the progress bar without a synchronisation
         self.last: tuple[Any, dict[str, Any]] | None = None  # (grid state, evaluation)
@@ -303,6 +298,39 @@ class SdfExperiment(GridSchedule, Experiment):
         # (the points' areas, the side test's subset), drawn at the first repair
         self.repair_inputs: tuple[Tensor, Tensor] | None = None
         self.step = -1  # the step begin_step last began
+
+    def make_grid(self, resolution: tuple[int, int, int] | None) -> VoxelGrid:
+        """The dense field: one VoxelGrid at `resolution` (resuming) or grid.resolution,
+        set by grid.init."""
+        c = self.config
+        model = VoxelGrid(
+            resolution or as_resolution(c.grid.resolution, "grid.resolution"),
+            1,
+            c.grid.bounds,
+            init="zeros" if c.grid.init == "points" else c.grid.init,
+            init_scale=c.grid.init_scale,
+            padding=c.grid.padding,
+            interpolation=self.interpolation,
+            device=self.device,
+        )
+        if c.grid.init == "points":
+            points_init(model, self.cloud, torch.Generator().manual_seed(c.seed))
+        return model
+
+    def make_multires(self, resolution: tuple[int, int, int] | None) -> MultiresSdf:
+        """sdf.encoding = "multires": the coarse grid at grid.resolution (whatever
+        `resolution` a checkpoint recorded: the mesh's lattice) plus the decoded
+        MultiresGrid of [multires] (train/sdf/multires_field.py)."""
+        c = self.config
+        base = self.make_grid(as_resolution(c.grid.resolution, "grid.resolution"))
+        return multires_field(c, base, final_resolution(c))
+
+    def group_rates(self, step: int) -> list[float]:
+        """sdf.encoding = "multires": the learning rates of the optimiser's groups at `step`
+        (the base grid's, then the table's and the decoder's), each decayed as train.lr."""
+        c = self.config
+        decay = learning_rate(c, step) / c.train.lr
+        return [c.train.lr * decay, c.multires.lr * decay]
 
     def loss(self) -> tuple[Tensor, Tensor]:
         """(loss, loss): the weighted sum of the terms on this step's batch. The whole
@@ -328,10 +356,16 @@ class SdfExperiment(GridSchedule, Experiment):
 
     def begin_step(self, step: int) -> None:
         self.step = step  # what evaluate() caches on
-        super().begin_step(step)
+        if self.multires:
+            set_group_rates(self.optimizer, self.group_rates(step))
+        else:
+            super().begin_step(step)
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
-        """To the schedule's next resolution, unless past the points' scatter cap."""
+        """To the schedule's next resolution, unless past the points' scatter cap; a
+        multires field has nothing to refine (its mesh's lattice is the final resolution)."""
+        if self.multires:
+            return
         if self.cap is None or all(a <= b for a, b in zip(resolution, self.cap, strict=True)):
             super().upsample(resolution)
             if self.config.sdf.repair_signs:
@@ -371,7 +405,8 @@ class SdfExperiment(GridSchedule, Experiment):
         # without counting (train/step_graph.py)
         version = (self.step, self.model.resolution)
         if self.last is None or self.last[0] != version:
-            self.last = (version, self.evaluation(self.model, self.interpolation))
+            bake = self.model.bake if self.multires else None
+            self.last = (version, self.evaluation(self.model, self.interpolation, bake))
         return dict(self.last[1])
 
     def eval_line(self, quality: dict[str, Any]) -> str:
@@ -406,7 +441,8 @@ class SdfExperiment(GridSchedule, Experiment):
             "resolution": list(self.model.resolution),
             "scatter_cap": None if self.cap is None else list(self.cap),  # sdf.scatter_voxels
             "sign_repairs": dict(self.repairs),  # sdf.repair_signs: voxels turned, per upsample
-            "parameters": self.model.features.numel(),
+            "encoding": c.sdf.encoding,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
             "batch_size": c.train.batch_size,
             "eikonal_points": c.train.eikonal_points,
             "processes": common["processes"],

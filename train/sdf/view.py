@@ -1,6 +1,7 @@
 """A signed distance run in `grid-train view`: its zero level set as a mesh (marching
 cubes on the checkpoint's grid, as the run's own mesh.ply), and the grid's slices
-(`train.field.view.SliceView`: blue inside, red outside)."""
+(`train.field.view.SliceView`: blue inside, red outside). A multires field
+(`sdf.encoding`) is shown sampled on its mesh's lattice."""
 
 from __future__ import annotations
 
@@ -9,8 +10,39 @@ from typing import Any
 
 import numpy as np
 
+from grid.voxel_grid import VoxelGrid
+
+from ..errors import InputFileError
 from ..field.view import SliceView, load_grid
 from ..mesh.level_set import zero_level_set
+from ..schema import as_resolution
+from .multires_field import multires_field
+
+
+def load_sdf_grid(out: Path, config: Any, checkpoint: dict[str, Any], device):
+    """The checkpoint's field as a VoxelGrid: the grid itself, or with `sdf.encoding =
+    "multires"` the field sampled on its mesh's lattice (`MultiresSdf.bake`); InputFileError
+    naming the checkpoint when it does not fit its config."""
+    if config.sdf.encoding != "multires":
+        return load_grid(out, config, checkpoint, device)
+    g = config.grid
+    base = VoxelGrid(
+        as_resolution(g.resolution, "grid.resolution"),
+        1,
+        g.bounds,
+        init="zeros",
+        padding=g.padding,
+        device=device,
+    )
+    field = multires_field(config, base, tuple(checkpoint["resolution"]))
+    try:
+        field.load_state_dict(checkpoint["model"])
+    except (RuntimeError, ValueError, KeyError) as error:
+        problem = " ".join(str(error).split())
+        raise InputFileError(
+            out / "checkpoint.pt", f"does not fit its config ({problem})"
+        ) from None
+    return field.eval().bake()
 
 
 class SdfView:
@@ -18,7 +50,7 @@ class SdfView:
 
     def __init__(self, server, out: Path, config: Any, checkpoint: dict[str, Any], options):
         self.server, self.out, self.device = server, out, options.device
-        model = load_grid(out, config, checkpoint, self.device)
+        model = load_sdf_grid(out, config, checkpoint, self.device)
         self.show_mesh(model, config)
         self.slices = SliceView(server, config, model, cmap="RdBu_r", symmetric=True)
 
@@ -36,7 +68,7 @@ class SdfView:
         )
 
     def update(self, config: Any, checkpoint: dict[str, Any]) -> None:
-        model = load_grid(self.out, config, checkpoint, self.device)
+        model = load_sdf_grid(self.out, config, checkpoint, self.device)
         self.show_mesh(model, config)
         self.slices.update(model)
 
