@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..dependencies import INSTALL_TRAIN, require
+from ..multires_config import MultiresConfig
 from ..schema import ExperimentSpec
 from .config import DataConfig, NerfConfig, memory, validate
 
@@ -49,7 +50,7 @@ def dependencies(config: Config) -> None:
 SPEC = ExperimentSpec(
     name="nerf",
     summary="a radiance field from the posed images of `[data]`, model in `[nerf]`",
-    sections={"data": DataConfig, "nerf": NerfConfig},
+    sections={"data": DataConfig, "nerf": NerfConfig, "multires": MultiresConfig},
     validate=validate,
     experiment="NerfExperiment",
     unit="rays",
