@@ -2,8 +2,9 @@
 
 What lives where (each subpackage's own docstring says more):
 
-* here, the experiment: `config` (the `[data]` and `[nerf]` tables), `choices` (the names
-  their options choose from, shared with the model), `experiment` (`NerfExperiment`, the
+* here, the experiment: `config` (the `[data]` and `[nerf]` tables; it also reads
+  `[multires]`, `train.multires_config`), `choices` (the names their options choose from,
+  shared with the model), `experiment` (`NerfExperiment`, the
   loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures` (test_views.png,
   curves.png, turntable.gif), `export` (the density's level set as a mesh, for
   `python -m train.export`), `view` (any camera's render: `grid-train view` and
