@@ -213,3 +213,28 @@ def test_bad_values_name_the_key(overrides, key):
 def test_the_multires_table_is_read_by_nerf_alone():
     with pytest.raises(ConfigError, match="^multires: not read by experiment = 'field'"):
         load_config(None, ["multires.levels=8"])
+
+
+@pytest.mark.parametrize("renderer", ["fused", "torch"])
+def test_rays_that_miss_the_box_render_the_background(renderer):
+    """No sample at all: the multires density and colour see empty batches [0, 3]."""
+    from train.nerf.model.voxel_nerf import VoxelNeRF
+
+    options = dict(levels=4, features=2, table_size=2**10, base_resolution=4, growth_factor=1.5)
+    model = VoxelNeRF(
+        [[-1.0] * 3, [1.0] * 3],
+        8,
+        8,
+        hidden=8,
+        renderer=renderer,
+        density_encoding="multires",
+        color_encoding="multires",
+        multires=options,
+    )
+    origins = torch.tensor([[0.0, 0.0, 5.0]]).repeat(4, 1)
+    directions = torch.tensor([[0.0, 0.0, 1.0]]).repeat(4, 1)  # away from the box
+    background = torch.tensor([0.2, 0.4, 0.6])
+    out = model.render(origins, directions, background, exact=True)
+    assert torch.allclose(out["rgb"], background.expand(4, 3))
+    out["rgb"].sum().backward()  # no sample: zero gradients, no error
+    assert out["sample_features"].shape == (0, 15)

@@ -97,7 +97,8 @@ class MultiresDensity(nn.Module):
         if points.dim() < 1 or points.shape[-1] != 3:
             raise ValueError(f"points: expected shape [..., 3], got {list(points.shape)}")
         features = self.encoding(points.reshape(-1, 3)).float()  # [S, L F]
-        return self.decoder(features).reshape(*points.shape[:-1], -1)
+        out = self.decoder(features)  # [S, 1 + G]
+        return out.reshape(*points.shape[:-1], out.shape[-1])  # (-1 fails for S = 0)
 
     @torch.no_grad()
     def values(self, chunk: int = CHUNK) -> Tensor:
