@@ -1,9 +1,9 @@
-"""The `[multires]` table: a multiresolution (dense + hashed) feature grid, `grid.MultiresGrid`.
+"""The `[multires]` table: the shape of a `grid.MultiresGrid` encoding (instant-ngp's hash
+grid) and its Adam learning rate, for the experiments that can choose one instead of a dense
+grid (nerf: `nerf.density_encoding`, `nerf.color_encoding`; sdf: `sdf.encoding`).
 
-Its own section, named by no experiment, so that every experiment that can encode its
-points with a `MultiresGrid` (sdf: `sdf.encoding = "multires"`) reads the same keys with
-the same meanings: L levels from `base_resolution` to `finest_resolution` cells per axis
-over the box, F features per level, 2^`log2_table_size` rows per level, trained at `lr`.
+Its own table, read by the experiments that list it among their sections, so that each of
+them reads the same keys with the same meanings. Imports neither torch nor grid.
 """
 
 from __future__ import annotations
@@ -13,48 +13,50 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
-from .schema import doc, positive
+from .schema import ADAM_COPIES, Need, doc, positive
 
-#: grid.MultiresGrid's limits: levels, and cells per axis of a level.
+#: Adam's settings for a multires table and its decoder (instant-ngp's): betas and eps.
+NGP_BETAS = (0.9, 0.99)
+NGP_EPS = 1e-15
+#: grid.MultiresGrid's limits: levels, cells per axis of a level, rows of a table.
 MAX_LEVELS = 32
 MAX_RESOLUTION = 1 << 24
-#: Rows per level: 2^log2_table_size < 2^31.
 MAX_LOG2_TABLE_SIZE = 30
 
 
 @dataclass
 class MultiresConfig:
     levels: int = doc(
-        'sdf with `sdf.encoding = "multires"`: L, the levels of the multiresolution grid '
-        "(1 to 32).",
+        "Multiresolution encoding (`grid.MultiresGrid`: nerf.density_encoding, "
+        "nerf.color_encoding or sdf.encoding = `multires`): L, its levels, each finer than "
+        "the last by the same factor, in [1, 32].",
         16,
     )
-    features: int = doc("sdf, multires: F, features per level (the encoding has L * F).", 2)
+    features: int = doc("Multiresolution encoding: F, features per level and vertex.", 2)
     log2_table_size: int = doc(
-        "sdf, multires: each level's table has 2^this rows (1 to 30); a level whose vertices "
-        "fit is stored densely, a finer one hashed into them (instant-ngp). Memory: L x "
-        "2^this x F floats (16 x 2^19 x 2 = 16.8M, a 256^3 grid's).",
+        "Multiresolution encoding: log2 of T, the rows of each level's table (a level whose "
+        "vertices fit is stored densely, a finer one hashed into the T rows), in [1, 30]; "
+        "the table holds L x 2^T x F parameters (16 x 2^19 x 2: 16.8M, 64 MiB in float32).",
         19,
     )
     base_resolution: int = doc(
-        "sdf, multires: cells per axis of the coarsest level over the box.", 16
+        "Multiresolution encoding: cells per axis of the coarsest level over its box.", 16
     )
     finest_resolution: int = doc(
-        "sdf, multires: cells per axis of the finest level over the box (>= "
-        "base_resolution); each level is (finest / base)^(1 / (L - 1)) times finer than the "
-        "last.",
+        "Multiresolution encoding: cells per axis of the finest level over its box, >= "
+        "base_resolution; the levels grow by (finest / base)^(1 / (levels - 1)) each.",
         2048,
     )
     lr: float = doc(
-        "sdf, multires: Adam learning rate of the table and the decoder at step 0 (betas "
-        "`train.betas`, eps 1e-15); it decays as `train.lr` does (to `train.lr_final` / "
-        "`train.lr` of it).",
+        "Multiresolution encoding: Adam learning rate of the tables and of the MLP that "
+        "decodes them (eps 1e-15; betas 0.9, 0.99 in nerf, as instant-ngp, train.betas in "
+        "sdf), decaying as the experiment's other learning rates do.",
         0.01,
     )
 
 
-def growth_factor(m: Any) -> float:
-    """The scale between consecutive levels, (finest / base)^(1 / (L - 1)) (1 for one
+def growth_factor(m: MultiresConfig) -> float:
+    """The scale between consecutive levels, (finest / base)^(1 / (levels - 1)) (1 for one
     level), nudged up where floating point would leave the finest level one cell short
     (`grid.multires_grid.level_resolutions` floors base * b^l)."""
     if m.levels == 1:
@@ -65,32 +67,60 @@ def growth_factor(m: Any) -> float:
     return b
 
 
-def table_entries(m: Any) -> int:
-    """L x 2^log2_table_size x F: the floats of the table."""
+def table_entries(m: MultiresConfig) -> int:
+    """L x 2^log2_table_size x F: the floats of one table."""
     return m.levels * (1 << m.log2_table_size) * m.features
 
 
-def validate_multires(m: Any) -> None:
-    """ConfigError naming the first key of `[multires]` with an impossible value."""
-    for key, low, high in (
-        ("levels", 1, MAX_LEVELS),
-        ("features", 1, None),
-        ("log2_table_size", 1, MAX_LOG2_TABLE_SIZE),
-        ("base_resolution", 1, MAX_RESOLUTION),
-        ("finest_resolution", 1, MAX_RESOLUTION),
-    ):
-        value = getattr(m, key)
-        if value < low or (high is not None and value > high):
-            span = f"in [{low}, {high}]" if high is not None else f">= {low}"
-            raise ConfigError(f"multires.{key}: expected an integer {span}, got {value}")
-    if m.finest_resolution < m.base_resolution:
+def encoding_options(m: MultiresConfig) -> dict[str, Any]:
+    """`grid.MultiresGrid`'s keyword arguments for the table (all but the box and device)."""
+    return {
+        "levels": m.levels,
+        "features": m.features,
+        "table_size": 2**m.log2_table_size,
+        "base_resolution": m.base_resolution,
+        "growth_factor": growth_factor(m),
+    }
+
+
+def validate_multires(m: MultiresConfig) -> None:
+    """Check `[multires]`; ConfigError naming the key."""
+    if not 1 <= m.levels <= MAX_LEVELS:
         raise ConfigError(
-            f"multires.finest_resolution: expected at least multires.base_resolution = "
-            f"{m.base_resolution}, got {m.finest_resolution}"
+            f"multires.levels: expected an integer in [1, {MAX_LEVELS}], got {m.levels}"
+        )
+    if m.features < 1:
+        raise ConfigError(f"multires.features: expected an integer >= 1, got {m.features}")
+    if not 1 <= m.log2_table_size <= MAX_LOG2_TABLE_SIZE:
+        raise ConfigError(
+            f"multires.log2_table_size: expected an integer in [1, {MAX_LOG2_TABLE_SIZE}], "
+            f"got {m.log2_table_size}"
+        )
+    if not 1 <= m.base_resolution <= MAX_RESOLUTION:
+        raise ConfigError(
+            f"multires.base_resolution: expected an integer in [1, {MAX_RESOLUTION}], "
+            f"got {m.base_resolution}"
+        )
+    if not m.base_resolution <= m.finest_resolution <= MAX_RESOLUTION:
+        raise ConfigError(
+            f"multires.finest_resolution: expected an integer in [multires.base_resolution = "
+            f"{m.base_resolution}, {MAX_RESOLUTION}], got {m.finest_resolution}"
         )
     if m.levels == 1 and m.finest_resolution != m.base_resolution:
         raise ConfigError(
-            f"multires.finest_resolution: with multires.levels = 1 it must equal "
-            f"multires.base_resolution = {m.base_resolution}, got {m.finest_resolution}"
+            f"multires.finest_resolution: with multires.levels = 1 the only level is the "
+            f"coarsest: expected {m.base_resolution} (multires.base_resolution), got "
+            f"{m.finest_resolution}"
         )
     positive(m.lr, "multires.lr")
+
+
+def table_need(m: MultiresConfig, what: str) -> Need:
+    """One multires table in float32 with its gradient and Adam's two moments."""
+    size = table_entries(m)
+    return Need(
+        "multires.log2_table_size",
+        f"the {what} of {m.levels} x 2^{m.log2_table_size} x {m.features} with its gradient "
+        "and 2 Adam moments",
+        size * 4 * ADAM_COPIES,
+    )

@@ -2,8 +2,9 @@
 
 What lives where (each subpackage's own docstring says more):
 
-* here, the experiment: `config` (the `[data]` and `[nerf]` tables), `choices` (the names
-  their options choose from, shared with the model), `experiment` (`NerfExperiment`, the
+* here, the experiment: `config` (the `[data]` and `[nerf]` tables; it also reads
+  `[multires]`, `train.multires_config`), `choices` (the names their options choose from,
+  shared with the model), `experiment` (`NerfExperiment`, the
   loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures` (test_views.png,
   curves.png, turntable.gif), `export` (the density's level set as a mesh, for
   `python -m train.export`), `view` (any camera's render: `grid-train view` and
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..dependencies import INSTALL_TRAIN, require
+from ..multires_config import MultiresConfig
 from ..schema import ExperimentSpec
 from .config import DataConfig, NerfConfig, memory, validate
 
@@ -49,7 +51,7 @@ def dependencies(config: Config) -> None:
 SPEC = ExperimentSpec(
     name="nerf",
     summary="a radiance field from the posed images of `[data]`, model in `[nerf]`",
-    sections={"data": DataConfig, "nerf": NerfConfig},
+    sections={"data": DataConfig, "nerf": NerfConfig, "multires": MultiresConfig},
     validate=validate,
     experiment="NerfExperiment",
     unit="rays",

@@ -13,3 +13,6 @@ RENDERERS = ("auto", "fused", "torch")
 CONTRACTIONS = ("none", "sphere", "cube")
 #: Values of `nerf.mlp_dtype`: the colour MLP's compute dtype (names of torch dtypes).
 MLP_DTYPES = ("float32", "bfloat16")
+#: Values of `nerf.density_encoding` and `nerf.color_encoding`: a dense `VoxelGrid`, or a
+#: `grid.MultiresGrid` read through an MLP (`model.multires_fields`).
+ENCODINGS = ("dense", "multires")

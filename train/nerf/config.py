@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..multires_config import table_need, validate_multires
 from ..schema import Need, doc, grid_need, largest_grid, positive
-from .choices import CONTRACTIONS, MLP_DTYPES, RENDERERS
+from .choices import CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -88,6 +89,31 @@ class DataConfig:
 @dataclass
 class NerfConfig:
     STEP_KEYS = ("occupancy_start", "occupancy_every", "occupancy_grow_until")  # train.config
+    density_encoding: str = doc(
+        "nerf: `dense` (a one-channel VoxelGrid, DirectVoxGO's) or `multires` (instant-ngp's: "
+        "an MLP of one hidden layer of `density_hidden` over a grid.MultiresGrid shaped by "
+        "`[multires]`, giving the raw density and `geometry_features` features for the "
+        "colour MLP); with `multires` there is no total variation (train.tv_weight must be 0), "
+        "`lr_density` is unused (`multires.lr`), and upsampling and fit_box change only the "
+        "sample step, the occupancy grid and the box rays are marched in, never the table "
+        "(docs/nerf.md, Encodings).",
+        "dense",
+    )
+    color_encoding: str = doc(
+        "nerf: what the colour MLP reads besides the view direction: `dense` (a VoxelGrid of "
+        "`color_features` channels) or `multires` (the density's geometry features when "
+        "density_encoding is `multires`, else a grid.MultiresGrid of its own shaped by "
+        "`[multires]`; `color_features` and `lr_color` are then unused).",
+        "dense",
+    )
+    density_hidden: int = doc(
+        "nerf, density_encoding `multires`: width of the density MLP's hidden layer.", 64
+    )
+    geometry_features: int = doc(
+        "nerf, density_encoding and color_encoding `multires`: features the density MLP "
+        "outputs besides the raw density, which the colour MLP reads.",
+        15,
+    )
     color_features: int = doc("nerf: channels of the colour feature grid.", 12)
     hidden: int = doc("nerf: width of the colour MLP's two hidden layers.", 128)
     view_frequencies: int = doc("nerf: positional-encoding frequencies of the view direction.", 4)
@@ -260,6 +286,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(f"data.test_views: expected an integer >= 0, got {d.test_views}")
     if len(d.background) != 3 or not all(0 <= v <= 1 for v in d.background):
         raise ConfigError(f"data.background: expected 3 numbers in [0, 1], got {d.background!r}")
+    validate_encodings(c)
     for key in ("color_features", "hidden", "occupancy_every", "view_consistency_stride"):
         if getattr(n, key) < 1:
             raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
@@ -329,6 +356,25 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.init: 'points' is for the sdf experiment only")
     if c.grid.interpolation == "smoothstep":
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
+
+
+def validate_encodings(c: Config) -> None:
+    """`nerf.density_encoding`, `nerf.color_encoding`, their MLP's keys, `[multires]` and
+    what a multires density rules out."""
+    n = c.nerf
+    for key in ("density_encoding", "color_encoding"):
+        value = getattr(n, key)
+        if value not in ENCODINGS:
+            raise ConfigError(f"nerf.{key}: expected one of {', '.join(ENCODINGS)}, got {value!r}")
+    for key in ("density_hidden", "geometry_features"):
+        if getattr(n, key) < 1:
+            raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
+    validate_multires(c.multires)
+    if n.density_encoding == "multires" and c.train.tv_weight:
+        raise ConfigError(
+            f"train.tv_weight: a total variation needs a dense density grid, got "
+            f"{c.train.tv_weight:g} with nerf.density_encoding = 'multires': set it to 0"
+        )
 
 
 def validate_scan(d: DataConfig) -> None:
@@ -415,6 +461,24 @@ def graph_problem(c: Config) -> str | None:
     return None
 
 
+def dense_needs(c: Config) -> list[Need]:
+    """The dense grids and multires tables of `nerf.density_encoding` and `color_encoding`."""
+    n = c.nerf
+    dense_density, dense_color = n.density_encoding == "dense", n.color_encoding == "dense"
+    if dense_density and dense_color:
+        return [grid_need(c, 1 + n.color_features, "density and colour grids")]
+    needs = []
+    if dense_density:
+        needs.append(grid_need(c, 1, "density grid"))
+    else:
+        needs.append(table_need(c.multires, "density's multires table"))
+    if dense_color:
+        needs.append(grid_need(c, n.color_features, "colour grid"))
+    elif dense_density:  # a multires density's table gives the colour its features
+        needs.append(table_need(c.multires, "colour's multires table"))
+    return needs
+
+
 #: Bytes per training pixel: its colour (12) in the loaded images and again on the
 #: device, its ray's origin and direction (24).
 PIXEL_BYTES = 48
@@ -424,12 +488,12 @@ SAMPLE_BYTES = 40
 
 
 def memory(c: Config) -> list[Need]:
-    """What a nerf run allocates (see `train.memory`): the density and colour grids,
-    the generated scene's training pixels (a scene of your own is not read before the
-    check), the samples of a step's rays (about one per `nerf.step_ratio` voxels along
-    the grid's longest side)."""
+    """What a nerf run allocates (see `train.memory`): the density and colour grids (or
+    multires tables), the generated scene's training pixels (a scene of your own is not
+    read before the check), the samples of a step's rays (about one per `nerf.step_ratio`
+    voxels along the grid's longest side)."""
     d, n, t = c.data, c.nerf, c.train
-    needs = [grid_need(c, 1 + n.color_features, "density and colour grids")]
+    needs = dense_needs(c)
     if d.generate:
         side = d.scene_size // d.downscale
         pixels = d.scene_train_views * side * side

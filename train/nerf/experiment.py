@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from grid import MaskedAdam, VoxelGrid
+from grid import MaskedAdam, MultiresGrid, VoxelGrid
 
 from ..config import Config
 from ..distributed import SINGLE, World
@@ -34,6 +34,7 @@ from ..errors import ConfigError, InputFileError, writing
 from ..experiment import Experiment
 from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
+from ..multires_config import NGP_BETAS, NGP_EPS, encoding_options
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .config import graph_problem, scene_args
@@ -42,6 +43,7 @@ from .evaluation import background_errors, background_metrics, seconds_to
 from .model.appearance import color_correct, make_appearance
 from .model.fit_box import box_resolution, surface_box
 from .model.losses import auxiliary_losses
+from .model.multires_fields import MultiresDensity
 from .model.voxel_nerf import VoxelNeRF, capacity_key
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
@@ -67,9 +69,16 @@ def make_model(
     keys = ("color_features", "hidden", "view_frequencies", "step_ratio", "alpha_init")
     keys += ("occupancy_threshold", "weight_threshold", "mlp_dtype", "renderer")
     keys += ("contraction", "far", "outer_samples")
+    keys += ("density_encoding", "color_encoding", "density_hidden", "geometry_features")
     options = {key: getattr(config.nerf, key) for key in keys}
     return VoxelNeRF(
-        config.grid.bounds, resolution, final, backend=backend, device=device, **options
+        config.grid.bounds,
+        resolution,
+        final,
+        backend=backend,
+        device=device,
+        multires=encoding_options(config.multires),
+        **options,
     )
 
 
@@ -196,21 +205,50 @@ class NerfExperiment(Experiment):
 
     # ---- optimisation ---------------------------------------------------------------------
 
+    def param_groups(self) -> tuple[list[dict], list[bool]]:
+        """The optimiser's parameter groups, in order: the density (grid, or multires table
+        and its MLP), the colour (grid, or multires table; none when the colour reads the
+        density's geometry features), the colour MLP, the appearance codes; and for each
+        whether it is a grid or table (`nerf.optimizer = "masked_adam"` masks those). The
+        multires groups take instant-ngp's Adam (`multires.lr`, betas (0.9, 0.99), eps 1e-15)."""
+        n, m, lr = self.config.nerf, self.model, self.config.multires.lr
+
+        def group(params: list, rate: float, **options) -> dict:
+            return {"params": params, "lr": rate, "base_lr": rate, **options}
+
+        ngp = {"betas": NGP_BETAS, "eps": NGP_EPS}
+        groups, grids = [], []
+        if isinstance(m.density, MultiresDensity):
+            groups += [group([m.density.encoding.table], lr, **ngp)]
+            groups += [group(list(m.density.decoder.parameters()), lr, **ngp)]
+            grids += [True, False]
+        else:
+            groups += [group([m.density.features], n.lr_density)]
+            grids += [True]
+        if isinstance(m.color, MultiresGrid):
+            groups += [group([m.color.table], lr, **ngp)]
+            grids += [True]
+        elif m.color is not None:
+            groups += [group([m.color.features], n.lr_color)]
+            grids += [True]
+        groups += [group(list(m.mlp.parameters()), n.lr_mlp)]
+        grids += [False]
+        if self.appearance is not None:
+            groups += [self.appearance.group(n.lr_appearance)]
+            grids += [False]
+        return groups, grids
+
     def make_optimizer(self) -> torch.optim.Optimizer:
-        n, m = self.config.nerf, self.model
-        groups = [
-            {"params": [m.density.features], "lr": n.lr_density, "base_lr": n.lr_density},
-            {"params": [m.color.features], "lr": n.lr_color, "base_lr": n.lr_color},
-            {"params": list(m.mlp.parameters()), "lr": n.lr_mlp, "base_lr": n.lr_mlp},
-        ]
-        groups += [] if self.appearance is None else [self.appearance.group(n.lr_appearance)]
+        n = self.config.nerf
+        groups, grids = self.param_groups()
         betas = tuple(self.config.train.betas)
         if self.graphed:  # device learning rates, filled in place by begin_step
             for group in groups:
                 group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device=self.device)
-        if n.optimizer == "masked_adam":  # the grids masked, MLP and codes dense as Adam
-            for group in groups[2:]:
-                group["skip_zero_grad"] = False
+        if n.optimizer == "masked_adam":  # the grids masked, MLPs and codes dense as Adam
+            for group, is_grid in zip(groups, grids, strict=True):
+                if not is_grid:
+                    group["skip_zero_grad"] = False
             return MaskedAdam(groups, betas=betas, capturable=self.graphed)
         # fused on the CPU too: one threaded pass per parameter (grid_schedule.make_optimizer)
         return torch.optim.Adam(groups, betas=betas, fused=True, capturable=self.graphed)
@@ -225,8 +263,11 @@ class NerfExperiment(Experiment):
         return n.lr_decay ** (step / min(last, n.lr_decay_steps or last))
 
     def learning_rate(self, step: int) -> float:
-        """The density grid's learning rate (the others follow the same decay)."""
-        return self.config.nerf.lr_density * self.decay(step)
+        """The density's learning rate (`nerf.lr_density`, or `multires.lr` for a multires
+        density; the others follow the same decay)."""
+        n = self.config.nerf
+        start = self.config.multires.lr if n.density_encoding == "multires" else n.lr_density
+        return start * self.decay(step)
 
     def begin_step(self, step: int) -> None:
         factor = self.decay(step)

@@ -2,18 +2,21 @@
 renderers, its losses, per-image appearance and the box it fits.
 
 Modules: `voxel_nerf` (`VoxelNeRF`: the field, its `sigma_fn` and `rgb_fn`, coarse to fine),
-`grids` (the two grid backends: `VoxelGrid` or DirectVoxGO's `ChannelsFirstGrid`), `render`
-(`render_torch`, `render_fused`: bounded scenes), `render_contracted` (unbounded scenes),
-`capacity` (the fused renderer's planned buffer sizes), `encoding` (the view direction's
-positional encoding), `linear` (the colour MLP's layer), `losses` (DirectVoxGO's auxiliary
-losses, view consistency), `appearance` (per-image colour transforms), `fit_box` (the box
-the grids move onto). How a ray's samples are coloured: `VoxelNeRF.rgb_fn` and `shade`.
+`grids` (the two grid backends: `VoxelGrid` or DirectVoxGO's `ChannelsFirstGrid`),
+`multires_fields` (`MultiresDensity`: the density MLP over a `grid.MultiresGrid`, for
+`nerf.density_encoding = "multires"`), `render` (`render_torch`, `render_fused`: bounded
+scenes), `render_contracted` (unbounded scenes), `capacity` (the fused renderer's planned
+buffer sizes), `encoding` (the view direction's positional encoding), `linear` (the colour
+MLP's layer), `losses` (DirectVoxGO's auxiliary losses, view consistency), `appearance`
+(per-image colour transforms), `fit_box` (the box the grids move onto). How a ray's samples
+are coloured: `VoxelNeRF.rgb_fn` and `shade`.
 
 Floors, lowest first: `encoding`, `linear`, `capacity` -> `render` -> `render_contracted`,
-`grids` -> `voxel_nerf` -> `fit_box`, `losses`. A renderer reads no model: the model hands
-it functions (`sigma_fn`, `rgb_fn`) and plain values. This package imports `grid`, torch,
-`train.nerf.choices` and, for annotations only, `train.nerf.config`; never the data, the
-scenes, the capture tools or the experiment. The experiment, `export` and `view` import it.
+`grids` -> `multires_fields` -> `voxel_nerf` -> `fit_box`, `losses`. A renderer reads no
+model: the model hands it functions (`sigma_fn`, `rgb_fn`) and plain values. This package
+imports `grid`, torch, `train.nerf.choices` and, for annotations only, `train.nerf.config`;
+never the data, the scenes, the capture tools or the experiment. The experiment, `export`
+and `view` import it.
 """
 
 from .appearance import Appearance, color_correct, make_appearance
@@ -23,6 +26,7 @@ from .fit_box import box_resolution, surface_box
 from .grids import ChannelsFirstGrid, make_grid
 from .linear import Linear
 from .losses import auxiliary_losses
+from .multires_fields import MultiresDensity
 from .render import render_fused, render_outputs, render_torch
 from .render_contracted import render_contracted
 from .voxel_nerf import VoxelNeRF, capacity_key, color_mlp, mean_spacing
@@ -33,6 +37,7 @@ __all__ = [
     "mean_spacing",
     "capacity_key",
     "ChannelsFirstGrid",
+    "MultiresDensity",
     "make_grid",
     "render_torch",
     "render_fused",

@@ -18,6 +18,14 @@ An ordinary `nn.Module` you can copy into your own code (it needs only torch and
   the MLP, and samples whose compositing weight is below `weight_threshold` never reach the
   colour grid or the MLP (DirectVoxGO's `fast_color_thres`).
 
+`density_encoding="multires"` replaces the density grid by instant-ngp's density network
+(`multires_fields.MultiresDensity`: an MLP of one hidden layer over a `grid.MultiresGrid`,
+channel 0 the raw density, the others geometry features); `color_encoding="multires"` makes
+the colour MLP read those geometry features (or, with a dense density, the features of a
+`MultiresGrid` of its own) instead of the colour grid's. The resolution schedule then sets
+only the sample step and the occupancy grid (a virtual resolution), and `fit_box` only the box
+where rays are marched: a multires table never changes shape or box.
+
 `backend="grid_sample"` swaps both grids for `ChannelsFirstGrid`, the same parameters stored
 `[1, F, Z, Y, X]` and sampled with `F.grid_sample` as DirectVoxGO does; everything else is
 identical, so the two can be compared step for step.
@@ -47,14 +55,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from grid import OccupancyGrid, VoxelGrid
+from grid import MultiresGrid, OccupancyGrid, VoxelGrid
 from grid.contraction import CONTRACTED_BOUNDS
 
-from ..choices import CONTRACTIONS, MLP_DTYPES, RENDERERS
+from ..choices import CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
 from .capacity import SampleCapacity
 from .encoding import positional_encoding
 from .grids import make_grid, triple
 from .linear import Linear
+from .multires_fields import MultiresDensity
 from .render import RgbFn, render_fused, render_torch
 from .render_contracted import render_contracted
 
@@ -103,6 +112,15 @@ class VoxelNeRF(nn.Module):
         far: with a contraction, where rays end (world units).
         outer_samples: with a contraction, samples per ray beyond the inner region (0: as
             many as steps of `step_ratio` voxels across the contracted shell).
+        density_encoding: "dense" (a one-channel grid) or "multires" (`MultiresDensity`).
+        color_encoding: "dense" (a grid of `color_features` channels) or "multires" (the
+            multires density's geometry features, or a `MultiresGrid` of its own).
+        multires: with a "multires" encoding, `grid.MultiresGrid`'s keyword arguments
+            (levels, features, table_size, base_resolution, growth_factor); its box is the
+            grids' (`bounds`, or the contracted cube).
+        density_hidden: with a multires density, its MLP's hidden width.
+        geometry_features: with both encodings "multires", the geometry features the
+            density MLP gives the colour MLP.
 
     Attributes:
         capacity: the fused renderer's buffer sizes (`train.nerf.model.capacity.SampleCapacity`);
@@ -130,9 +148,24 @@ class VoxelNeRF(nn.Module):
         contraction: str = "none",
         far: float = 1000.0,
         outer_samples: int = 0,
+        density_encoding: str = "dense",
+        color_encoding: str = "dense",
+        multires: dict | None = None,
+        density_hidden: int = 64,
+        geometry_features: int = 15,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        for name, value in (
+            ("density_encoding", density_encoding),
+            ("color_encoding", color_encoding),
+        ):
+            if value not in ENCODINGS:
+                raise ValueError(f"{name}: expected one of {', '.join(ENCODINGS)}, got {value!r}")
+        if "multires" in (density_encoding, color_encoding) and multires is None:
+            raise ValueError(
+                "multires: required with a 'multires' encoding (MultiresGrid's arguments)"
+            )
         if contraction not in CONTRACTIONS:
             expected = ", ".join(CONTRACTIONS)
             raise ValueError(f"contraction: expected one of {expected}, got {contraction!r}")
@@ -158,10 +191,26 @@ class VoxelNeRF(nn.Module):
         self.bounds_list = [list(map(float, b)) for b in bounds]
         self.home_bounds = [list(b) for b in self.bounds_list]  # the grids' box at the start
         self.backend = backend
-        self.density = make_grid(backend, size, 1, bounds, device)
-        self.color = make_grid(backend, size, color_features, bounds, device)
+        self.density_encoding, self.color_encoding = density_encoding, color_encoding
+        shared = density_encoding == color_encoding == "multires"  # geometry features
+        if density_encoding == "dense":
+            self.density = make_grid(backend, size, 1, bounds, device)
+        else:
+            encoding = MultiresGrid(bounds=bounds, device=device, **multires)
+            geometry = geometry_features if shared else 0
+            self.density = MultiresDensity(encoding, density_hidden, geometry, size, device)
+        # The colour MLP's input: a dense grid's channels, the density's geometry features
+        # (`color` None), or a multires grid's L F features.
+        self.color: nn.Module | None = None
+        if color_encoding == "dense":
+            self.color = make_grid(backend, size, color_features, bounds, device)
+        elif not shared:
+            self.color = MultiresGrid(bounds=bounds, device=device, **multires)
+        color_in = geometry_features if shared else color_features
+        if isinstance(self.color, MultiresGrid):
+            color_in = self.color.get_out_dim()
         self.view_frequencies = view_frequencies
-        self.mlp = color_mlp(color_features, view_frequencies, hidden, device)
+        self.mlp = color_mlp(color_in, view_frequencies, hidden, device)
         self.step_ratio = step_ratio
         self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
         self.final_voxel = mean_spacing(self.bounds_list, final)
@@ -235,17 +284,25 @@ class VoxelNeRF(nn.Module):
         views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
 
         def rgb_fn(points: Tensor, rays: Tensor) -> tuple[Tensor, Tensor]:
-            features = self.color(points)  # [V, F]
+            features = self.color_input(points)  # [V, F]
             return self.shade(features, views[rays]), features
 
         return rgb_fn
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
-        return self.shade(self.color(points), view_encoding)
+        return self.shade(self.color_input(points), view_encoding)
+
+    def color_input(self, points: Tensor) -> Tensor:
+        """points: [S, 3] -> [S, F], what the colour MLP reads besides the view: the colour
+        grid's features, or a multires density's geometry features (its MLP evaluated again
+        on these samples, the coloured ones: fewer than the density's)."""
+        if self.color is None:
+            return self.density(points)[..., 1:]
+        return self.color(points)
 
     def shade(self, features: Tensor, view_encoding: Tensor) -> Tensor:
-        """The colour MLP: features [S, F] (of the colour grid), view_encoding [S, E] ->
+        """The colour MLP: features [S, F] (`color_input`), view_encoding [S, E] ->
         [S, 3] in (0, 1)."""
         x = torch.cat([features, view_encoding], -1)
         if self.mlp_dtype == torch.float32:
@@ -264,7 +321,10 @@ class VoxelNeRF(nn.Module):
         return self.occupancy_grid.update(alpha, self.occupancy_threshold, shrink_only=shrink_only)
 
     def density_values(self) -> Tensor:
-        """The raw density grid as [X, Y, Z]."""
+        """The raw density grid as [X, Y, Z] (a multires density: evaluated at the vertices
+        of its virtual grid, the occupancy grid's cells, in chunks without gradient)."""
+        if isinstance(self.density, MultiresDensity):
+            return self.density.values()
         f = self.density.features
         if isinstance(self.density, VoxelGrid):
             return f[..., 0]
@@ -277,23 +337,27 @@ class VoxelNeRF(nn.Module):
     @torch.no_grad()
     def upsample(self, resolution: int | Sequence[int], optimizer=None) -> None:
         """Both grids to `resolution`, carrying the optimiser's moments; occupancy
-        resampled (dilated, then nearest) so skipping stays conservative."""
+        resampled (dilated, then nearest) so skipping stays conservative. A multires
+        density takes it as its virtual resolution; a multires table is left as it is."""
         size = triple(resolution)
         self.occupancy_grid.upsample(size)  # first: it refuses shrinking before any change
         self.density.upsample(size, optimizer)
-        self.color.upsample(size, optimizer)
+        if self.color_encoding == "dense":
+            self.color.upsample(size, optimizer)
 
     @torch.no_grad()
     def fit_box(self, bounds: Sequence[Sequence[float]], resolution, optimizer=None) -> None:
         """Both grids and the occupancy grid resampled onto the sub-box `bounds` at
         `resolution` (`VoxelGrid.crop`), carrying the optimiser's moments. The density
-        keeps its scale: `interval` stays measured in voxels of the configured final grid."""
+        keeps its scale: `interval` stays measured in voxels of the configured final grid.
+        A multires density moves only the box rays are marched in; no table is resampled."""
         if self.contraction != "none":
             raise ValueError("fit_box: not with a contraction (the grids hold the whole world)")
         size = triple(resolution)
         self.occupancy_grid.crop(bounds, size)  # first: it checks the box before any change
         self.density.crop(bounds, size, optimizer)
-        self.color.crop(bounds, size, optimizer)
+        if self.color_encoding == "dense":
+            self.color.crop(bounds, size, optimizer)
         self._sync_box(self, None)  # as a reload will read them: the grids' float32 box
 
     def _sync_box(self, module, incompatible_keys) -> None:
@@ -303,7 +367,7 @@ class VoxelNeRF(nn.Module):
         self.occupancy_grid.bounds = box.to(torch.float32).clone()
 
     def total_variation(self) -> Tensor:
-        """Total variation of the density grid."""
+        """Total variation of the density grid (a multires density has none: it raises)."""
         return self.density.total_variation()
 
     # ---- rendering ------------------------------------------------------------------------
@@ -335,7 +399,7 @@ class VoxelNeRF(nn.Module):
             acc [R] (opacity), samples (number of samples that reached the density grid:
             an int, or a [] tensor on the device when the fused renderer planned its
             buffers; read it when logging); the coloured samples: sample_features [V, F]
-            (the colour grid's), sample_rgb [V, 3], sample_weight [V] (compositing weights,
+            (`color_input`'s), sample_rgb [V, 3], sample_weight [V] (compositing weights,
             no gradient) and sample_ray [V] (their ray, in [0, R]: the fused renderer's
             padding rows have weight 0 and ray R).
         """
