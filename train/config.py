@@ -18,14 +18,11 @@ import difflib
 import json
 import os
 import sys
-import time
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from . import experiments
 from .errors import ConfigError, read_input
@@ -41,8 +38,6 @@ from .schema import (
 )
 from .short_runs import fit_schedule
 from .toml_types import coerce, describe_type, toml_type_name
-
-LOADED = time.perf_counter()  # torch is imported: train/loop.py's phase "import_torch" ends here
 
 # ---- schema -----------------------------------------------------------------------------
 # The `doc` strings feed docs/config.md's reference table (see `reference_table`).
@@ -358,7 +353,7 @@ def validate(
             f"{name}: not read by experiment = {c.experiment!r} (it reads: {', '.join(reads)})"
         )
     choice(c.device, ("auto", "cpu", "cuda"), "device")
-    if c.device == "cuda" and not torch.cuda.is_available():
+    if c.device == "cuda" and not _cuda_available():
         raise ConfigError("device: 'cuda' requested but torch.cuda.is_available() is False")
     _validate_grid(c.grid)
     _validate_train(c.train, c.grid)
@@ -373,6 +368,14 @@ def validate(
     positive(o.checkpoint_minutes, "output.checkpoint_minutes", zero=True)
     at_least(o.slice_resolution, 2, "output.slice_resolution")
     SPECS[c.experiment].validate(c, explicit)
+
+
+def _cuda_available() -> bool:
+    # torch only here: `grid-train keys` and the other config readers that run before any
+    # training answer without importing it (1 s on 2 cores)
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _validate_grid(g: GridConfig) -> None:
