@@ -296,6 +296,8 @@ def load_config(
     planned = train.get("steps") if isinstance(train, dict) else None  # before the overrides
     # The keys written in each kinded table ([target], [points]): a kind must read them all.
     explicit = {t: set(raw[t]) if isinstance(raw.get(t), dict) else set() for t in KINDED}
+    # ... and in the other tables (nerf: whether the file that sets data.path says generate)
+    written = {t: set(v) for t, v in raw.items() if isinstance(v, dict) and t not in KINDED}
     overridden: dict[str, set[str]] = {t: set() for t in KINDED}
     for text in overrides:
         keys, value = parse_override(text)
@@ -313,6 +315,8 @@ def load_config(
         if table in KINDED and len(keys) == 2:
             overridden[table].add(keys[1])
             explicit[table].add(keys[1])
+        elif table not in KINDED and len(keys) >= 2:
+            written.setdefault(table, set()).add(keys[1])
     config = _build(Config, raw, "")
     set_keys = {".".join(parse_override(text)[0]) for text in overrides}
     planned = planned if isinstance(planned, int) else TrainConfig.steps
@@ -322,7 +326,8 @@ def load_config(
     if scaled and os.environ.get("RANK", "0") == "0":  # under torchrun: once
         print(scaled, file=sys.stderr)
     sections = {k for k, v in raw.items() if k in SECTIONS and isinstance(v, dict) and v}
-    validate(config, explicit, sections)
+    # the overrides' dotted keys under "--set": what the command line chose, not the file
+    validate(config, {**written, **explicit, "--set": set_keys}, sections)
     return config
 
 

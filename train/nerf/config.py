@@ -236,6 +236,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError(f"data.scene: expected one of {', '.join(SCENES)}, got {d.scene!r}")
     if d.generate and d.scene == "scan":
         validate_scan(d)
+    check_generated_path(d, explicit)
     for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
         if getattr(d, key) < 1:
             raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
@@ -314,6 +315,34 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         raise ConfigError("grid.init: 'points' is for the sdf experiment only")
     if c.grid.interpolation == "smoothstep":
         raise ConfigError("grid.interpolation: the nerf experiment uses 'linear' only")
+
+
+def check_generated_path(d: DataConfig, explicit: dict[str, set[str]]) -> None:
+    """A scene is generated only where the config that says `generate = true` puts it: a
+    data.path set on the command line (or in a file that does not write `generate`) that
+    holds no capture is an InputFileError naming it and the layouts looked for (a typo's
+    folder is never filled with a generated scene), unless data.generate is set there too."""
+    from pathlib import Path
+
+    from ..errors import InputFileError
+    from .scenes.generate import LOOKED_FOR, holds_capture
+
+    typed = explicit.get("--set", set())
+    if "data.path" in typed:
+        said = "data.generate" in typed
+    else:  # from the file (both keys, as the shipped configs write them) or the default
+        data = explicit.get("data", set())
+        said = "path" not in data or "generate" in data
+    path = Path(d.path).expanduser()
+    if not d.generate or said or holds_capture(path):
+        return
+    problem = "holds no capture" if path.is_dir() else "no such directory"
+    raise InputFileError(
+        path,
+        f"{problem}: {LOOKED_FOR}; a scene is generated only into the config's own data.path, "
+        "or with data.generate = true set beside this one",
+        key="data.path",
+    )
 
 
 def validate_scan(d: DataConfig) -> None:
