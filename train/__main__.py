@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -164,7 +165,20 @@ def main(argv: list[str] | None = None) -> int:
     process group first, agree on any error (rank 0 prints it, every rank returns 2),
     and rank 0 alone writes and prints (see train/distributed.py). An error of one rank
     alone (out of memory) is printed by that rank, which leaves without waiting for the
-    others (torchrun stops them)."""
+    others (torchrun stops them).
+
+    Called as the command (`argv` None), it leaves the objects it made to the process's
+    exit: Python's last collections walked torch's and the run's millions of objects for
+    0.7-1.2 s on 2 cores after the summary was printed, and 0.1-0.3 s with them frozen
+    (`gc.freeze`; nothing is left unwritten: the run's files are closed by then)."""
+    try:
+        return _main(argv)
+    finally:
+        if argv is None:
+            gc.freeze()
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] in COMMANDS:
         return _command(args[0], args[1:])

@@ -18,14 +18,11 @@ import difflib
 import json
 import os
 import sys
-import time
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from . import experiments
 from .errors import ConfigError, read_input
@@ -41,8 +38,6 @@ from .schema import (
 )
 from .short_runs import fit_schedule
 from .toml_types import coerce, describe_type, toml_type_name
-
-LOADED = time.perf_counter()  # torch is imported: train/loop.py's phase "import_torch" ends here
 
 # ---- schema -----------------------------------------------------------------------------
 # The `doc` strings feed docs/config.md's reference table (see `reference_table`).
@@ -301,6 +296,8 @@ def load_config(
     planned = train.get("steps") if isinstance(train, dict) else None  # before the overrides
     # The keys written in each kinded table ([target], [points]): a kind must read them all.
     explicit = {t: set(raw[t]) if isinstance(raw.get(t), dict) else set() for t in KINDED}
+    # ... and in the other tables (nerf: whether the file that sets data.path says generate)
+    written = {t: set(v) for t, v in raw.items() if isinstance(v, dict) and t not in KINDED}
     overridden: dict[str, set[str]] = {t: set() for t in KINDED}
     for text in overrides:
         keys, value = parse_override(text)
@@ -318,6 +315,8 @@ def load_config(
         if table in KINDED and len(keys) == 2:
             overridden[table].add(keys[1])
             explicit[table].add(keys[1])
+        elif table not in KINDED and len(keys) >= 2:
+            written.setdefault(table, set()).add(keys[1])
     config = _build(Config, raw, "")
     set_keys = {".".join(parse_override(text)[0]) for text in overrides}
     planned = planned if isinstance(planned, int) else TrainConfig.steps
@@ -327,7 +326,8 @@ def load_config(
     if scaled and os.environ.get("RANK", "0") == "0":  # under torchrun: once
         print(scaled, file=sys.stderr)
     sections = {k for k, v in raw.items() if k in SECTIONS and isinstance(v, dict) and v}
-    validate(config, explicit, sections)
+    # the overrides' dotted keys under "--set": what the command line chose, not the file
+    validate(config, {**written, **explicit, "--set": set_keys}, sections)
     return config
 
 
@@ -358,7 +358,7 @@ def validate(
             f"{name}: not read by experiment = {c.experiment!r} (it reads: {', '.join(reads)})"
         )
     choice(c.device, ("auto", "cpu", "cuda"), "device")
-    if c.device == "cuda" and not torch.cuda.is_available():
+    if c.device == "cuda" and not _cuda_available():
         raise ConfigError("device: 'cuda' requested but torch.cuda.is_available() is False")
     _validate_grid(c.grid)
     _validate_train(c.train, c.grid)
@@ -373,6 +373,14 @@ def validate(
     positive(o.checkpoint_minutes, "output.checkpoint_minutes", zero=True)
     at_least(o.slice_resolution, 2, "output.slice_resolution")
     SPECS[c.experiment].validate(c, explicit)
+
+
+def _cuda_available() -> bool:
+    # torch only here: `grid-train keys` and the other config readers that run before any
+    # training answer without importing it (1 s on 2 cores)
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _validate_grid(g: GridConfig) -> None:

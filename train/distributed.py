@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -43,6 +44,10 @@ from .errors import ConfigError, plural
 
 if TYPE_CHECKING:
     from .config import Config
+
+# torch is imported: the phase "import_torch" of a run's summary ends here (train/loop.py);
+# `python -m train` imports torch first through this module (train/__main__.py)
+LOADED = time.perf_counter()
 
 ENV_KEYS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 MESSAGE_BYTES = 1024  # longest error line passed between ranks

@@ -191,7 +191,7 @@ class _Training:
 
     def run(self, stop_at: int | None) -> dict[str, Any] | None:
         from . import STARTED
-        from .config import LOADED
+        from .distributed import LOADED
 
         start = time.perf_counter()
         import grid  # noqa: F401  (the native extension loads here, timed)

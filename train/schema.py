@@ -45,8 +45,9 @@ class ExperimentSpec:
     sections: its own tables, name -> dataclass (e.g. {"target": TargetConfig}); the
         shared tables (grid, train, eval, output) are read by every experiment.
     validate: `validate(config, explicit)` checks its tables and its use of the shared
-        ones, raising ConfigError naming the key; `explicit` maps each kinded table to the
-        keys the file and the overrides wrote in it.
+        ones, raising ConfigError naming the key; `explicit` maps each table to the keys
+        the file and the overrides wrote in it, and "--set" to the dotted keys the
+        overrides alone set.
     experiment: the class in `train/<name>/experiment.py` that trains it (see
         `train.experiment.Experiment`), imported on first use.
     unit: what `train.batch_size` counts ("points", "rays").

@@ -129,6 +129,7 @@ def test_whole_run_against_a_stand_in(tmp_path, capsys):
     out, work = tmp_path / "out", tmp_path / "work"
     sets = [
         f"data.path={tmp_path / 'scene'}",
+        "data.generate=true",
         "data.scene_size=24",
         "data.scene_train_views=4",
         "data.scene_test_views=2",
@@ -193,7 +194,8 @@ def test_grid_swap_against_a_stand_in(tmp_path, capsys):
     own = tmp_path / "own.log"
     own.write_text(LOG.replace("work/dvgo_logs", str(tmp_path / "gone")))
     out, work = tmp_path / "out", tmp_path / "work"
-    sets = [f"data.path={tmp_path / 'scene'}", "data.scene_size=24", "device=cpu"]
+    sets = [f"data.path={tmp_path / 'scene'}", "data.generate=true", "data.scene_size=24"]
+    sets += ["device=cpu"]
     sets += ["data.scene_train_views=4", "data.scene_test_views=2"]
     argv = ["--dvgo", str(fake), "--out", str(out), "--work", str(work), "--grid", "ours"]
     argv += ["--against", str(own), "--config", str(ROOT / "configs" / "nerf_scene.toml")]

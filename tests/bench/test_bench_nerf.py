@@ -25,7 +25,7 @@ SMALL = [
 
 
 def test_profile_loop_from_a_checkpoint(tmp_path, capsys):
-    overrides = [f"data.path={tmp_path / 'scene'}", *SMALL]
+    overrides = [f"data.path={tmp_path / 'scene'}", "data.generate=true", *SMALL]
     config = ROOT / "configs" / "nerf_realistic_gpu.toml"
     sets = [arg for o in overrides for arg in ("--set", o)]
     argv = ["--config", str(config), *sets, "--warmup", "2", "--profile-loop"]

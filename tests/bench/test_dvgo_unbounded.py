@@ -111,6 +111,7 @@ def fake_dvgo(tmp_path: Path) -> Path:
 def tiny_argv(tmp_path: Path, out: Path) -> list[str]:
     sets = [
         f"data.path={tmp_path / 'scene'}",
+        "data.generate=true",
         "data.scene_size=16",
         "data.scene_train_views=14",
         "data.scene_test_views=2",

@@ -285,7 +285,10 @@ def test_bad_scaling_and_sparse_average_are_refused():
         with pytest.raises(
             ConfigError, match=r"nerf.sparse_average: expected a number in \[0, 1\]"
         ):
-            load_config(None, [*NERF_SHORT, "data.path=x", f"nerf.sparse_average={value}"])
+            load_config(
+                None,
+                [*NERF_SHORT, "data.path=x", "data.generate=true", f"nerf.sparse_average={value}"],
+            )
 
 
 # ---- two GPUs: NCCL, the steps captured as CUDA graphs --------------------------------------

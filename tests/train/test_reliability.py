@@ -352,7 +352,7 @@ def test_a_full_disk_while_generating_the_scene_leaves_nothing(tmp_path, monkeyp
     scene = tmp_path / "scene"
     fill_disk(monkeypatch, "r_0.png")
     tiny = ("data.scene_size=8", "data.scene_train_views=2", "data.scene_test_views=1")
-    args = sets(*SHORT, f"data.path={scene}", *tiny)
+    args = sets(*SHORT, f"data.path={scene}", "data.generate=true", *tiny)
     assert main(["--out", str(tmp_path / "run"), *args]) == 2
     generating, err = capsys.readouterr().err.strip().splitlines()  # one line of news first
     assert generating.startswith("generating the procedural scene") and "Traceback" not in err

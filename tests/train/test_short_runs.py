@@ -66,7 +66,7 @@ def small_args(config: Path, tmp_path: Path) -> list[str]:
         )
         args.append("grid.resolution=8")
     if c.experiment == "nerf":
-        args.append(f"data.path={tmp_path / 'scene'}")
+        args += [f"data.path={tmp_path / 'scene'}", "data.generate=true"]
         grown = [16 + 4 * i for i in range(len(c.train.upsample_steps))]
         args += ["grid.resolution=12", f"train.upsample_resolutions={grown}"]
     return args

@@ -68,7 +68,8 @@ def run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("viewer")
     out = root / "run"
     code, err = quiet(
-        train_main, ["--out", str(out), *sets([*TINY, f"data.path={root / 'scene'}"])]
+        train_main,
+        ["--out", str(out), *sets([*TINY, f"data.path={root / 'scene'}", "data.generate=true"])],
     )
     assert code == 0, err
     return out
@@ -402,6 +403,7 @@ def test_training_with_view_serves_the_viewer_while_it_trains(tmp_path):
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
     steps = ["train.steps=400", "eval.every=100", f"data.path={tmp_path / 'scene'}"]
+    steps.append("data.generate=true")
     argv = ["--out", str(tmp_path / "run"), "--view", str(port), *sets([*TINY, *steps])]
     code, err = quiet(train_main, argv)
     assert code == 0, err

@@ -30,7 +30,7 @@ from train.viewer.server import Viewer, ViewOptions  # noqa: E402
 def run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("client")
     out = root / "run"
-    steps = ["train.steps=30", "eval.every=30", f"data.path={root / 'scene'}"]
+    steps = ["train.steps=30", "eval.every=30", f"data.path={root / 'scene'}", "data.generate=true"]
     code, err = quiet(train_main, ["--out", str(out), *sets([*TINY, *steps])])
     assert code == 0, err
     return out

@@ -277,6 +277,7 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
             f"data.scene_variant: only the {' and '.join(VARIANT_SCENES)} scenes have variants; "
             f"data.scene is {d.scene!r} (set data.scene_variant = 0)"
         )
+    check_generated_path(d, explicit)
     for key in ("scene_size", "scene_train_views", "scene_test_views", "downscale"):
         if getattr(d, key) < 1:
             raise ConfigError(f"data.{key}: expected an integer >= 1, got {getattr(d, key)}")
@@ -375,6 +376,34 @@ def validate_encodings(c: Config) -> None:
             f"train.tv_weight: a total variation needs a dense density grid, got "
             f"{c.train.tv_weight:g} with nerf.density_encoding = 'multires': set it to 0"
         )
+
+
+def check_generated_path(d: DataConfig, explicit: dict[str, set[str]]) -> None:
+    """A scene is generated only where the config that says `generate = true` puts it: a
+    data.path set on the command line (or in a file that does not write `generate`) that
+    holds no capture is an InputFileError naming it and the layouts looked for (a typo's
+    folder is never filled with a generated scene), unless data.generate is set there too."""
+    from pathlib import Path
+
+    from ..errors import InputFileError
+    from .scenes.generate import LOOKED_FOR, holds_capture
+
+    typed = explicit.get("--set", set())
+    if "data.path" in typed:
+        said = "data.generate" in typed
+    else:  # from the file (both keys, as the shipped configs write them) or the default
+        data = explicit.get("data", set())
+        said = "path" not in data or "generate" in data
+    path = Path(d.path).expanduser()
+    if not d.generate or said or holds_capture(path):
+        return
+    problem = "holds no capture" if path.is_dir() else "no such directory"
+    raise InputFileError(
+        path,
+        f"{problem}: {LOOKED_FOR}; a scene is generated only into the config's own data.path, "
+        "or with data.generate = true set beside this one",
+        key="data.path",
+    )
 
 
 def validate_scan(d: DataConfig) -> None:

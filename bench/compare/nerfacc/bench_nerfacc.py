@@ -115,7 +115,7 @@ def load_scene(args, device: torch.device) -> dict[str, Any]:
         sets += [f"data.path={args.data}", "data.generate=false"]
     elif len(sets) > 1:  # never regenerate the configured scene with other settings
         name = f"nerf_{d.scene}_{d.scene_size}_{d.scene_train_views}x{d.scene_test_views}"
-        sets.append(f"data.path={Path(d.path).with_name(name)}")
+        sets += [f"data.path={Path(d.path).with_name(name)}", "data.generate=true"]
     config = load_config(args.config, sets)
     start = time.perf_counter()
     path = ensure_scene(config, device)

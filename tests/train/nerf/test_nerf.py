@@ -194,6 +194,42 @@ def test_an_empty_folder_is_no_capture(tmp_path, capsys, generate):
     assert list(empty.iterdir()) == [] and not (tmp_path / "run").exists()
 
 
+def test_a_typed_data_path_is_not_generated_into(tmp_path):
+    """A data.path typed on the command line under a shipped config that generates its
+    scene (or written in one's own config without `generate`) and holding no capture is an
+    error naming it and the layouts looked for, before anything is written; set together
+    with data.generate = true, or holding a capture, it is taken (issue 62)."""
+    from train.errors import InputFileError
+    from train.shipped_configs import resolve
+
+    shipped = resolve(Path("nerf_scene.toml"))
+    typo = tmp_path / "my_captrue"
+    with pytest.raises(InputFileError) as caught:
+        load_config(shipped, [f"data.path={typo}"])
+    message = str(caught.value)
+    assert message.startswith(f"data.path: {typo}: no such directory: looked for transforms")
+    assert "data.generate = true" in message
+    assert not typo.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputFileError, match="holds no capture"):
+        load_config(shipped, [f"data.path={empty}"])
+    # generation asked for beside the path, or the config's own path: taken
+    assert load_config(shipped, [f"data.path={typo}", "data.generate=true"]).data.generate
+    assert load_config(shipped).data.path == "data/nerf_scene"
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    (capture / "transforms.json").write_text("{}")
+    assert load_config(shipped, [f"data.path={capture}"]).data.path == str(capture)
+    # one's own config: a path without `generate` is no place to generate into
+    own = tmp_path / "own.toml"
+    own.write_text(f'experiment = "nerf"\n[data]\npath = "{typo}"\n')
+    with pytest.raises(InputFileError, match="no such directory"):
+        load_config(own)
+    own.write_text(f'experiment = "nerf"\n[data]\npath = "{typo}"\ngenerate = true\n')
+    assert load_config(own).data.generate
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [

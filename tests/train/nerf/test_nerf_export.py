@@ -56,7 +56,7 @@ def sets(*pairs: str) -> list[str]:
 
 
 def train(out: Path, scene: Path, *extra: str, flags: tuple[str, ...] = ()) -> None:
-    args = sets(*SHORT, f"data.path={scene}", *extra)
+    args = sets(*SHORT, f"data.path={scene}", "data.generate=true", *extra)
     with contextlib.redirect_stdout(io.StringIO()):
         assert train_main(["--out", str(out), *args, *flags]) == 0
 
@@ -253,7 +253,8 @@ def test_overwrite_deletes_the_tensorboard_folder_only(tmp_path):
 def test_missing_tensorboard_is_found_before_training(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard` fails
     out = tmp_path / "run"
-    args = sets(*SHORT, f"data.path={tmp_path / 'scene'}", "output.tensorboard=true")
+    args = sets(*SHORT, f"data.path={tmp_path / 'scene'}", "data.generate=true")
+    args += sets("output.tensorboard=true")
     assert train_main(["--out", str(out), *args]) == 2
     line = one_line(capsys)
     assert line.startswith("grid-train: missing dependency: output.tensorboard: TensorBoard")

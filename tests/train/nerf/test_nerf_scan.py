@@ -184,6 +184,7 @@ def test_metadata_follows_the_mesh_and_look(tmp_path, mesh_file):
 def _config(tmp_path, mesh: str, *more: str):
     sets = ["data.scene=scan", f"data.scene_mesh={json.dumps(mesh)}", "data.scene_size=8"]
     sets += [f"data.path={json.dumps(str(tmp_path / 'scene'))}", "data.scene_train_views=1"]
+    sets += ["data.generate=true"]
     sets += ["data.scene_test_views=1", "grid.backend=grid_sample", *more]
     return load_config("configs/nerf_realistic.toml", sets)
 

@@ -208,7 +208,9 @@ def _sets(*items: str) -> list[str]:
 def test_tiny_contracted_run_improves(tmp_path):
     out = tmp_path / "run"
     args = ["--config", "configs/nerf_unbounded.toml", "--out", str(out)]
-    assert main([*args, *_sets(*TINY, f"data.path={tmp_path / 'scene'}")]) == 0
+    assert (
+        main([*args, *_sets(*TINY, f"data.path={tmp_path / 'scene'}", "data.generate=true")]) == 0
+    )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     psnrs = [r["psnr"] for r in records if "psnr" in r]
     assert len(psnrs) >= 2 and psnrs[-1] > psnrs[0] + 0.5, psnrs

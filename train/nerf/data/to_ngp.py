@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .blender import SPLITS, DatasetError, load_blender
-from .ngp import TRANSFORMS
+# The readers import torch: imported where they are used, so that --help and a bad option
+# answer without it (0.2 s instead of 1.5 s on 2 cores).
 
 FORMATS = {"png": ".png", "jpg": ".jpg"}
 
@@ -41,6 +41,9 @@ def write_ngp(
     Raises DatasetError for a bad scene, ValueError for a bad argument.
     """
     from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
+
+    from .blender import SPLITS, DatasetError, load_blender
+    from .ngp import TRANSFORMS
 
     if image_format not in FORMATS:
         raise ValueError(f"image_format must be one of {', '.join(FORMATS)}; got {image_format!r}")
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         help="RGB in [0, 1] under the images' alpha (default white)",
     )
     args = parser.parse_args(argv)
+    from .blender import DatasetError
+    from .ngp import TRANSFORMS
+
     try:
         out = write_ngp(args.scene, args.out, image_format=args.format, background=args.background)
     except (DatasetError, ValueError) as error:

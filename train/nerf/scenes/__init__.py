@@ -13,9 +13,28 @@ Imports `train.nerf.data` (views, camera rays), `train.mesh` (scanned meshes), `
 `train.errors`; never the model or the experiment. The experiment and `config` import it.
 """
 
-from .procedural import SCENE_BOUNDS
-from .scan import LOOKS, MeshError, ScanScene
-from .scan_mesh import MESH_SUFFIXES, UP_AXES, read_mesh
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .procedural import SCENE_BOUNDS
+    from .scan import LOOKS, MeshError, ScanScene
+    from .scan_mesh import MESH_SUFFIXES, UP_AXES, read_mesh
+
+#: name -> the module of this package that defines it: imported on first use, so that
+#: `python -m train.nerf.scenes.generate --help` answers without importing torch
+_WHERE = {
+    "SCENE_BOUNDS": "procedural",
+    **dict.fromkeys(("LOOKS", "MeshError", "ScanScene"), "scan"),
+    **dict.fromkeys(("MESH_SUFFIXES", "UP_AXES", "read_mesh"), "scan_mesh"),
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SCENE_BOUNDS",
