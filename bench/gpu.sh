@@ -11,6 +11,7 @@
 #   all tests bench multires             bench/ops/modes.sh          kernels: tests, bench_ops, probes
 #   nerf loop sdf view                   bench/training/modes.sh     training as a user runs it
 #   scenes scenes-pool scenes-wait       bench/training/modes.sh     D3: ours over a set of scenes
+#   tune-report tune-wait                bench/training/modes.sh     tuned on some, reported on others
 #   multi steps                          bench/multi_gpu/modes.sh    several GPUs of one host
 #   dvgo dvgo-build                      bench/compare/dvgo/modes.sh DirectVoxGO beside ours
 #   nerfacc                              bench/compare/nerfacc/modes.sh nerfacc's model on our grid
@@ -27,7 +28,8 @@ what=${1:-all}
 shift || true
 case $what in
   all | tests | bench | multires) runner=bench/ops/modes.sh ;;
-  nerf | loop | sdf | view | scenes | scenes-pool | scenes-wait) runner=bench/training/modes.sh ;;
+  nerf | loop | sdf | view | scenes | scenes-pool | scenes-wait | tune-report | tune-wait)
+    runner=bench/training/modes.sh ;;
   multi | steps) runner=bench/multi_gpu/modes.sh ;;
   dvgo | dvgo-build) runner=bench/compare/dvgo/modes.sh ;;
   nerfacc) runner=bench/compare/nerfacc/modes.sh ;;
@@ -48,6 +50,10 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 # scenes-wait on a machine that holds no pool (a fresh one: the last was taken back) would
 # spend its call waiting for nothing: it stops at once, before building
 pool=bench/results/scenes_pool  # scenes-pool's work folder (bench/training/modes.sh)
+if [ "$what" = tune-wait ] && [ ! -d bench/results/tune_report ]; then
+  echo "tune-wait: no pipeline on this machine (bench/results/tune_report absent): start it with tune-report"
+  exit 2
+fi
 if [ "$what" = scenes-wait ] && [ ! -f "$pool/pool.log" ]; then
   echo "scenes-wait: no pool on this machine ($pool/pool.log absent): start it with scenes-pool"
   exit 2

@@ -48,7 +48,14 @@
 # `scenes-wait` waits again, on the same warm machine, until it prints "pool exited" (exit 2
 # at once where this machine holds no pool). Each call copies the table so far (scenes.md,
 # scenes.json), the pool's log and the jobs' logs (logs.tgz) to $OUT/scenes. With --gsplat,
-# gsplat comes from GSPLAT_WHEELS (no download).
+# gsplat comes from GSPLAT_WHEELS (no download).#
+#   bash bench/gpu.sh tune-report --candidate "LABEL[@CONFIG]: K=V ..." ... [--report-run ...]
+#   bash bench/gpu.sh tune-wait
+# bench/training/tune_then_report.py started detached (the candidates on the tuning scenes
+# while DirectVoxGO trains on the held-out ones, then the winner on the held-out ones), after a
+# smoke run of configs/nerf_multires.toml on the GPU (captured steps; the pipeline starts only
+# if it passes), then waited for up to POOL_WAIT seconds; `tune-wait` waits again. Each call
+# copies the pipeline's log, choice.json and both tables so far to $OUT/tune_report.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=$1
@@ -199,6 +206,41 @@ if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
     echo "pool exited $(cat "$pool/pool.rc")"; status=$(cat "$pool/pool.rc")
   else
     echo "pool still running: call scenes-wait"; status=3
+  fi
+fi
+tune=bench/results/tune_report  # tune-report's work folder
+if [ "$what" = tune-report ]; then
+  mkdir -p "$tune" "$OUT/tune_report"
+  python3 -m train --config configs/nerf_multires.toml --out /tmp/smoke_multires --set device=cuda \
+    --set train.cuda_graph=on --set output.pictures=false --set output.progress=false \
+    >"$OUT/tune_report/smoke.log" 2>&1
+  smoke=$?
+  tail -n 4 "$OUT/tune_report/smoke.log"
+  if [ "$smoke" -ne 0 ]; then
+    echo "tune-report: the smoke run failed (exit $smoke): no pipeline started"; exit 1
+  fi
+  rm -f "$tune/pipeline.rc"
+  args=$(printf '%q ' "$@")
+  setsid nohup sh -c "python3 bench/training/tune_then_report.py --meshes ${SCENE_MESHES:-.anchors/thin} \
+    --dvgo ${DVGO_DIR:-.anchors/dvgo} --work $tune $args >$tune/stdout.log 2>&1; echo \$? >$tune/pipeline.rc" \
+    </dev/null >/dev/null 2>&1 &
+fi
+if [ "$what" = tune-report ] || [ "$what" = tune-wait ]; then
+  [ -d "$tune" ] || { echo "tune-wait: no pipeline on this machine ($tune absent)"; exit 2; }
+  end=$(($(date +%s) + ${POOL_WAIT:-540}))
+  while [ ! -f "$tune/pipeline.rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  mkdir -p "$OUT/tune_report"
+  cp "$tune"/pipeline.log "$tune"/stdout.log "$tune"/choice.json "$OUT/tune_report/" 2>/dev/null
+  for half in tune report; do
+    cp "$tune/$half/out/scenes.md" "$OUT/tune_report/$half.md" 2>/dev/null
+    cp "$tune/$half/out/scenes.json" "$OUT/tune_report/$half.json" 2>/dev/null
+    [ -d "$tune/$half/logs" ] && tar czf "$OUT/tune_report/${half}_logs.tgz" -C "$tune/$half" logs
+  done
+  cat "$tune/pipeline.log" 2>/dev/null; cat "$tune/report/out/scenes.md" 2>/dev/null | tail -n 30
+  if [ -f "$tune/pipeline.rc" ]; then
+    echo "pipeline exited $(cat "$tune/pipeline.rc")"; status=$(cat "$tune/pipeline.rc")
+  else
+    echo "pipeline still running: call tune-wait"; status=3
   fi
 fi
 exit $status

@@ -140,9 +140,10 @@ def main(argv=None) -> int:
         args.work,
         f"tuning {', '.join(labels)} on {', '.join(tune)}; reporting on {', '.join(report)}",
     )
-    first = run_text(*candidates[0][:3])  # the held-out scenes generated with its data.*
-    held = pool(args, "report", ids[:dvgo_gpus], ["--scenes", ",".join(report), "--run", first])
+    # generation and DirectVoxGO only (the scenes with scenes_pool's default config's data.*;
+    # bench_scenes sets each scene's own data.* over any config's)
     held_args = ["--scenes", ",".join(report)]
+    held = pool(args, "report", ids[:dvgo_gpus], held_args)
     runs = [a for c in args.candidate for a in ("--run", c)]
     tuning = pool(args, "tune", ids[dvgo_gpus:], ["--scenes", ",".join(tune), "--no-dvgo", *runs])
     status = tuning.wait()
@@ -160,8 +161,8 @@ def main(argv=None) -> int:
     say(args.work, f"chosen: {best} ({means[best]:.3f} dB mean on the tuning scenes); {means}")
     steps = config_steps(config, sets)
     base = [s for s in sets if not s.startswith("train.steps=")]
-    runs = [run_text("chosen", config, sets)]
-    runs += [run_text(f"chosen_{k}x", config, [*base, f"train.steps={steps * k}"]) for k in scales]
+    runs = [run_text(f"chosen_{k}x", config, [*base, f"train.steps={steps * k}"]) for k in scales]
+    runs = runs[::-1] + [run_text("chosen", config, sets)]  # the longest first
     runs += [run_text(*r[:3]) for r in report_runs]
     status = held.wait()
     say(args.work, f"held-out DirectVoxGO pool exited {status}")

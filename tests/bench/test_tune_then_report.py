@@ -3,6 +3,7 @@
 import pytest
 
 from bench.training.bench_scenes import BenchError
+from bench.training.scenes_pool import DEFAULT_CONFIG
 from bench.training.tune_then_report import choose, config_steps, main
 
 
@@ -42,3 +43,53 @@ def test_bad_arguments_are_refused_in_one_line(argv, message, capsys, tmp_path):
     base = ["--meshes", str(tmp_path), "--candidate", "x: a=1", "--work", str(tmp_path / "w")]
     assert main(base + argv) == 2
     assert message in capsys.readouterr().err
+
+
+FAKE_POOL = """
+import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+work = Path(args[args.index("--work") + 1])
+out = Path(args[args.index("--out") + 1])
+out.mkdir(parents=True, exist_ok=True)
+with open(os.environ["CALLS"], "a") as f:
+    f.write(json.dumps({"gpus": os.environ["CUDA_VISIBLE_DEVICES"], "args": args}) + "\\n")
+scenes = args[args.index("--scenes") + 1].split(",")
+runs = [args[i + 1].split("@")[0].split(":")[0] for i, a in enumerate(args) if a == "--run"]
+psnr = {"x": 30.0, "y": 31.0}
+results = {s: {r: {"psnr": psnr.get(r, 1.0)} for r in runs} for s in scenes}
+(out / "scenes.json").write_text(json.dumps({"scenes": results}))
+"""
+
+
+def test_the_pipeline_tunes_chooses_and_reports_on_the_other_half(tmp_path, monkeypatch):
+    import json
+
+    import bench.training.tune_then_report as pipeline
+
+    fake = tmp_path / "pool.py"
+    fake.write_text(FAKE_POOL)
+    monkeypatch.setattr(pipeline, "POOL", fake)
+    monkeypatch.setattr(pipeline, "load_results", lambda p: json.loads(p.read_text())["scenes"])
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    config = tmp_path / "c.toml"
+    config.write_text("[train]\nsteps = 100\n")
+    argv = ["--meshes", str(tmp_path), "--gpus", "4", "--work", str(tmp_path / "w")]
+    argv += ["--candidate", f"x@{config}: a=1", "--candidate", f"y@{config}: a=2"]
+    argv += ["--tune-scenes", "realistic,bunny_glossy", "--report-scenes", "dragon_mirror"]
+    argv += ["--report-run", "fast: b=1"]
+    assert pipeline.main(argv) == 0
+    held, tune, report = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert held["gpus"] == "0,1,2" and "--run" not in held["args"]
+    assert tune["gpus"] == "3" and "--no-dvgo" in tune["args"]
+    assert report["gpus"] == "0,1,2,3" and "dragon_mirror" in report["args"]
+    runs = [report["args"][i + 1] for i, a in enumerate(report["args"]) if a == "--run"]
+    assert runs == [
+        f"chosen_4x@{config}: a=2 train.steps=400",
+        f"chosen_2x@{config}: a=2 train.steps=200",
+        f"chosen@{config}: a=2",
+        f"fast@{DEFAULT_CONFIG}: b=1",
+    ]
+    choice = json.loads((tmp_path / "w" / "choice.json").read_text())
+    assert choice["chosen"] == "y" and choice["scenes"] == ["realistic", "bunny_glossy"]
