@@ -139,7 +139,11 @@ def pick_scene(args) -> list[str]:
     if wide.variant == 0:
         return []
     path = ROOT / "data" / f"nerf_{args.scene}_400"
-    return [f"data.scene_variant={wide.variant}", f"data.path={json.dumps(str(path))}"]
+    return [
+        f"data.scene_variant={wide.variant}",
+        f"data.path={json.dumps(str(path))}",
+        "data.generate=true",  # generated into that path on purpose (a typed path is not)
+    ]
 
 
 # ---- DirectVoxGO ---------------------------------------------------------------------------
