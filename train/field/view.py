@@ -36,6 +36,12 @@ def load_grid(out: Path, config: Any, checkpoint: dict[str, Any], device: torch.
         interpolation=g.interpolation,
         device=device,
     )
+    return load_weights(model, checkpoint, out).eval()
+
+
+def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], out: Path):
+    """`model` with the checkpoint's weights; InputFileError naming the checkpoint when they
+    do not fit it (the run's config built another model)."""
     try:
         model.load_state_dict(checkpoint["model"])
     except (RuntimeError, ValueError, KeyError) as error:
@@ -43,7 +49,7 @@ def load_grid(out: Path, config: Any, checkpoint: dict[str, Any], device: torch.
         raise InputFileError(
             out / "checkpoint.pt", f"does not fit its config ({problem})"
         ) from None
-    return model.eval()
+    return model
 
 
 def plane_rotation(axis: int) -> np.ndarray:

@@ -12,8 +12,7 @@ import numpy as np
 
 from grid.voxel_grid import VoxelGrid
 
-from ..errors import InputFileError
-from ..field.view import SliceView, load_grid
+from ..field.view import SliceView, load_grid, load_weights
 from ..mesh.level_set import zero_level_set
 from ..schema import as_resolution
 from .multires_field import multires_field
@@ -35,14 +34,7 @@ def load_sdf_grid(out: Path, config: Any, checkpoint: dict[str, Any], device):
         device=device,
     )
     field = multires_field(config, base, tuple(checkpoint["resolution"]))
-    try:
-        field.load_state_dict(checkpoint["model"])
-    except (RuntimeError, ValueError, KeyError) as error:
-        problem = " ".join(str(error).split())
-        raise InputFileError(
-            out / "checkpoint.pt", f"does not fit its config ({problem})"
-        ) from None
-    return field.eval().bake()
+    return load_weights(field, checkpoint, out).eval().bake()
 
 
 class SdfView:
