@@ -5,7 +5,8 @@ as an `nn.Module` beside `VoxelGrid` (instant-ngp's hash encoding, one fused op 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +33,160 @@ def level_resolutions(levels: int, base_resolution: int, growth_factor: float) -
     return [math.floor(base_resolution * growth_factor**level) for level in range(levels)]
 
 
+# ---- tiny-cuda-nn's grid encoding configs ----------------------------------------------
+
+#: The keys of a tiny-cuda-nn grid encoding (include/tiny-cuda-nn/encodings/grid.h) we read.
+_TCNN_KEYS = frozenset(
+    {
+        "otype",
+        "type",
+        "n_levels",
+        "n_features",
+        "n_grid_features",
+        "n_features_per_level",
+        "log2_hashmap_size",
+        "base_resolution",
+        "per_level_scale",
+        "interpolation",
+        "stochastic_interpolation",
+        "hash",
+        "n_dims_to_encode",
+    }
+)
+_TCNN_OTYPES = {"hashgrid": "hash", "grid": "hash", "densegrid": "dense"}
+_TCNN_TYPES = {"hash": "hash", "dense": "dense"}
+
+
+def _tcnn_int(config: Mapping[str, Any], key: str, default: int, upper: int) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= upper:
+        raise ValueError(f"{key}: expected an int in [1, {upper}], got {value!r}")
+    return value
+
+
+def _tcnn_name(config: Mapping[str, Any], key: str, default: str, allowed: Mapping) -> str:
+    """A case-insensitive name (tiny-cuda-nn compares them so) mapped through `allowed`."""
+    value = config.get(key, default)
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise ValueError(
+            f"{key}: expected one of {sorted(allowed)} (case-insensitive), got {value!r}"
+        )
+    return allowed[value.lower()]
+
+
+def _tcnn_levels(config: Mapping[str, Any], features: int) -> int:
+    """n_levels, or n_features (n_grid_features) / n_features_per_level, as tiny-cuda-nn."""
+    total_key = next((k for k in ("n_features", "n_grid_features") if k in config), None)
+    if total_key is None:
+        return _tcnn_int(config, "n_levels", 16, _MAX_LEVELS)
+    if "n_levels" in config:
+        raise ValueError(f"n_levels: give n_levels or {total_key}, not both")
+    total = _tcnn_int(config, total_key, 32, _MAX_LEVELS * features)
+    if total % features:
+        raise ValueError(
+            f"{total_key}: expected a multiple of n_features_per_level ({features}), got {total}"
+        )
+    return total // features
+
+
+def tcnn_level_scales(levels: int, base_resolution: int, per_level_scale: float) -> list[float]:
+    """tiny-cuda-nn's `grid_scale` of each level, base_resolution * per_level_scale^l - 1: the
+    cells its level spans over the unit cube (it stores ceil(scale) + 1 vertices per axis)."""
+    return [base_resolution * per_level_scale**level - 1 for level in range(levels)]
+
+
+def _growth_reaching(base: int, level: int, cells: int) -> float:
+    """The smallest growth factor g with floor(base * g^level) >= cells, in floating point."""
+    g = (cells / base) ** (1 / level)
+    while math.floor(base * g**level) < cells:
+        g = math.nextafter(g, math.inf)
+    return g
+
+
+def _closest_levels(scales: Sequence[float]) -> tuple[int, float]:
+    """Our (base_resolution, growth_factor) whose floor(base * growth^l) cells come closest to
+    `scales`: the largest |log(ours / theirs)| over the levels, minimised over the bases
+    around scales[0] and the growth factors that put some level exactly on its target
+    rounded down or up. The first best candidate wins (deterministic)."""
+
+    def worst(base: int, growth: float) -> float:
+        ours = level_resolutions(len(scales), base, growth)
+        return max(abs(math.log(r / s)) for r, s in zip(ours, scales, strict=True))
+
+    candidates = []
+    for base in sorted({max(1, math.floor(scales[0])), max(1, math.ceil(scales[0]) + 1)}):
+        candidates.append((base, 1.0))
+        for level, scale in enumerate(scales[1:], start=1):
+            for cells in sorted({math.floor(scale), math.ceil(scale)}):
+                if cells >= base:
+                    candidates.append((base, _growth_reaching(base, level, cells)))
+    return min(candidates, key=lambda c: worst(*c))
+
+
+def _from_tcnn(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`MultiresGrid`'s levels, features, table_size, base_resolution and growth_factor for a
+    tiny-cuda-nn HashGrid / Grid / DenseGrid encoding config (see `from_tcnn_config`)."""
+    if not isinstance(config, Mapping):
+        raise ValueError(f"config: expected a dict (a tiny-cuda-nn encoding), got {config!r}")
+    unknown = sorted(set(config) - _TCNN_KEYS)
+    if unknown:
+        raise ValueError(
+            f"{unknown[0]}: not a key of tiny-cuda-nn's grid encodings that this mapping "
+            f"knows (unknown keys: {unknown}; known: {sorted(_TCNN_KEYS)})"
+        )
+    if "otype" not in config:
+        raise ValueError(
+            "otype: missing (tiny-cuda-nn has no default: HashGrid, Grid or DenseGrid)"
+        )
+    kind = _tcnn_name(config, "otype", "", _TCNN_OTYPES)
+    kind = _tcnn_name(config, "type", kind, _TCNN_TYPES)
+    _tcnn_name(config, "interpolation", "Linear", {"linear": "linear"})
+    _tcnn_name(config, "hash", "CoherentPrime", {"coherentprime": "coherentprime"})
+    if config.get("stochastic_interpolation", False) is not False:
+        raise ValueError(
+            f"stochastic_interpolation: expected false, got {config['stochastic_interpolation']!r}"
+        )
+    if config.get("n_dims_to_encode", 3) != 3:
+        raise ValueError(f"n_dims_to_encode: expected 3, got {config['n_dims_to_encode']!r}")
+    features = _tcnn_int(config, "n_features_per_level", 2, 2**20)
+    levels = _tcnn_levels(config, features)
+    log2_size = _tcnn_int(config, "log2_hashmap_size", 19, 30)
+    base = _tcnn_int(config, "base_resolution", 16, _MAX_RESOLUTION)
+    if base < 2:
+        raise ValueError(
+            f"base_resolution: expected an int >= 2 (tiny-cuda-nn's level 0 spans "
+            f"base_resolution - 1 cells), got {base}"
+        )
+    # tiny-cuda-nn's default: 2 for a hash grid, 256 cells at the finest level for a dense one.
+    default_scale = 2.0 if kind == "hash" else (256 / base) ** (1 / max(levels - 1, 1))
+    scale = config.get("per_level_scale", default_scale)
+    if not isinstance(scale, int | float) or isinstance(scale, bool) or not scale >= 1:
+        raise ValueError(f"per_level_scale: expected a number >= 1, got {scale!r}")
+    scales = tcnn_level_scales(levels, base, float(scale))
+    if scales[-1] > _MAX_RESOLUTION:
+        raise ValueError(
+            f"per_level_scale: the finest level would span {scales[-1]:.0f} cells, more than "
+            f"{_MAX_RESOLUTION}"
+        )
+    our_base, growth = _closest_levels(scales)
+    table_size = 2**log2_size
+    if kind == "dense":  # every level dense: the finest level's vertices fit its table
+        finest = level_resolutions(levels, our_base, growth)[-1]
+        table_size = (finest + 1) ** 3
+        if table_size > 2**31 - 1:
+            raise ValueError(
+                f"per_level_scale: a dense finest level of {finest} cells needs "
+                f"{table_size} rows, more than 2^31 - 1; use a HashGrid"
+            )
+    return {
+        "levels": levels,
+        "features": features,
+        "table_size": table_size,
+        "base_resolution": our_base,
+        "growth_factor": growth,
+    }
+
+
 class MultiresGrid(nn.Module):
     """A learnable multiresolution feature grid: world points `[..., 3]` -> `[..., L * F]`.
 
@@ -44,10 +199,12 @@ class MultiresGrid(nn.Module):
     outside it read the box's surface (coordinates clamped, no gradient there).
 
     tiny-cuda-nn's HashGrid keys: n_levels -> `levels`, n_features_per_level ->
-    `features`, log2_hashmap_size -> `table_size = 2 ** log2_hashmap_size`,
-    base_resolution -> `base_resolution`, per_level_scale -> `growth_factor`. Unlike
-    tiny-cuda-nn, the vertices of a level sit on the box's faces (align_corners) and
-    a dense level uses (R + 1)^3 rows of its table.
+    `features`, log2_hashmap_size -> `table_size = 2 ** log2_hashmap_size`;
+    base_resolution and per_level_scale give that library's levels base * scale^l - 1
+    cells, so `MultiresGrid.from_tcnn_config` picks the `base_resolution` and
+    `growth_factor` that come closest. Unlike tiny-cuda-nn, the vertices of a level sit
+    on the box's faces (align_corners) and a dense level uses (R + 1)^3 rows of its
+    table (docs/multires.md: every difference).
 
     Args:
         levels: L in [1, 32].
@@ -128,6 +285,60 @@ class MultiresGrid(nn.Module):
     def reset_parameters(self) -> None:
         """Re-draw the table from U(-init_scale, init_scale)."""
         self.table.uniform_(-self.init_scale, self.init_scale)
+
+    @classmethod
+    def from_tcnn_config(
+        cls,
+        config: Mapping[str, Any],
+        bounds: Sequence[Sequence[float]] = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+        **kwargs: Any,
+    ) -> MultiresGrid:
+        """A grid shaped by a tiny-cuda-nn grid encoding config (the dict given to
+        `tcnn.Encoding(3, config)`): `otype` "HashGrid", "Grid" or "DenseGrid".
+
+        Keys and tiny-cuda-nn's defaults where one is missing: `n_levels` (16; or
+        `n_features` / `n_grid_features`, the levels times the features) -> `levels`;
+        `n_features_per_level` (2) -> `features`; `log2_hashmap_size` (19) ->
+        `table_size = 2 ** log2_hashmap_size`; `base_resolution` (16) and `per_level_scale`
+        (2; a DenseGrid's: 256 cells at the finest level) -> `base_resolution` and
+        `growth_factor`, chosen so that our levels' cells per axis, floor(base * growth^l),
+        come as close as that formula allows to tiny-cuda-nn's, base_resolution *
+        per_level_scale^l - 1 (its `grid_scale`; the largest ratio over the levels is
+        minimised); `type` ("Hash", "Dense"), `interpolation` ("Linear"), `hash`
+        ("CoherentPrime", the primes we use), `stochastic_interpolation` (false).
+        A DenseGrid gets `table_size = (finest + 1)^3`, so that every level is dense.
+
+        What stays different (docs/multires.md lists it with numbers): the vertices sit on
+        the box's faces, where tiny-cuda-nn's are offset by half a cell per level; its
+        level scales need not be integers, ours are, and need not be geometric, ours are
+        (`tcnn_level_scales` gives its values, `resolutions` ours); points outside the box
+        are clamped, where tiny-cuda-nn's wrap; every level holds T rows, where its dense
+        levels hold only their vertices; the table is drawn from our own generator.
+
+        Args:
+            config: the encoding dict. Other values than those above (a TiledGrid,
+                Smoothstep or Nearest interpolation, another hash, unknown keys) raise a
+                `ValueError` naming the key; so do values our grid cannot hold (more than
+                32 levels, log2_hashmap_size above 30, per_level_scale below 1).
+            bounds: the world box that plays tiny-cuda-nn's unit cube (its inputs are in
+                [0, 1]^3, the default).
+            **kwargs: `init_scale`, `dtype`, `device`, as the constructor's.
+
+        Examples:
+            >>> import grid
+            >>> ngp = {"otype": "HashGrid", "n_levels": 16, "n_features_per_level": 2,
+            ...        "log2_hashmap_size": 15, "base_resolution": 16,
+            ...        "per_level_scale": 1.3819}
+            >>> enc = grid.MultiresGrid.from_tcnn_config(ngp)
+            >>> enc.table.shape, enc.get_out_dim()
+            (torch.Size([16, 32768, 2]), 32)
+            >>> enc.resolutions[0], enc.resolutions[-1]  # cells per axis
+            (15, 2105)
+            >>> from grid.multires_grid import tcnn_level_scales
+            >>> [round(s, 1) for s in tcnn_level_scales(16, 16, 1.3819)[::15]]  # tcnn's
+            [15.0, 2046.7]
+        """
+        return cls(**_from_tcnn(config), bounds=bounds, **kwargs)
 
     def get_out_dim(self) -> int:
         """L * F, the size of the last dimension `forward` returns."""
