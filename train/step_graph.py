@@ -77,12 +77,17 @@ def forward_backward(exp: Experiment, watch: DivergenceWatch | None = None) -> T
     """Loss and backward (the gradients replace the old ones), flagged in `watch` if the
     loss or a gradient is not finite; returns the batch value, detached: a value still
     holding the step's autograd graph would keep the parameters' gradient accumulators
-    alive into the next step, whose capture on another stream then fails."""
+    alive into the next step, whose capture on another stream then fails.
+
+    The backward computes only the optimiser's parameters' gradients: other leaves that
+    require one (the sdf experiment's points, whose field gradient the loss takes) would
+    cost gradients nobody reads (on 2 CPU cores, 2.2 of 15 ms per 128^3 sdf step)."""
     loss, value = exp.loss()
     exp.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    params = parameters(exp)
+    loss.backward(inputs=params)
     if watch is not None:
-        grads = [p.grad for p in parameters(exp)]
+        grads = [p.grad for p in params]
         watch.observe(loss, value, grads, list(exp.loss_terms().values()))
     return value.detach()
 
