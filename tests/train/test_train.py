@@ -460,40 +460,6 @@ def test_train_sets_a_short_openmp_spin_before_torch_loads(given):
     assert out[0] == (given or "1000")
 
 
-# What `python -c` prints: the bytes glibc holds in mmap'd blocks before and after an 8 MiB
-# tensor is allocated (mallinfo2's hblkhd), or "none" where the C library has no mallinfo2.
-MMAPPED_CODE = """
-import ctypes, train, torch
-FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
-class Info(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in FIELDS.split()]
-libc = ctypes.CDLL(None)
-if not hasattr(libc, "mallinfo2"):
-    print("none")
-else:
-    libc.mallinfo2.restype = Info
-    before = libc.mallinfo2().hblkhd
-    tensor = torch.empty(2**21)  # 8 MiB: a 128^3 one-channel grid
-    print(before, libc.mallinfo2().hblkhd)
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc only")
-@pytest.mark.parametrize("given", [None, "MALLOC_MMAP_THRESHOLD_"])
-def test_train_keeps_grid_sized_tensors_on_the_heap_unless_the_user_tuned_malloc(given):
-    """After `import train`, an 8 MiB tensor comes from glibc's heap (reused warm from step
-    to step), not from a fresh mmap; a user's MALLOC_* setting is left to act instead."""
-    user = {given: "65536"} if given else {}
-    out = child_stdout(MMAPPED_CODE, ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"), **user).split()
-    if out == ["none"]:
-        pytest.skip("the C library has no mallinfo2")
-    before, after = map(int, out)
-    if given:
-        assert after >= before + 2**23  # the user's threshold: mmap'd
-    else:
-        assert after == before
-
-
 ALLOC_CONF = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 
