@@ -20,9 +20,7 @@ One package per experiment, each holding its tables, data, model, evaluation and
 run-directory and dependency checks do not, so their errors come back at once.
 """
 
-import ctypes
 import os
-import sys
 import time
 
 STARTED = time.perf_counter()  # before torch is imported: the run's phases count from here
@@ -39,33 +37,6 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 # same speed (bench/NOTES.md, U3). Read when CUDA's allocator starts; the user's setting wins.
 if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(os.environ):
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-
-
-def _keep_freed_memory() -> None:
-    """Let glibc's malloc keep what it frees, for the next step's tensors of the same sizes.
-
-    A CPU step allocates and frees grid-sized tensors (gradients, their accumulators); by
-    default glibc gives freed memory above 16 MiB at the heap's top back to the kernel, and
-    the next step's tensors start on fresh pages that the kernel zeroes on first touch: at
-    128^3 on 2 cores, 3.7 of 14 ms per sdf step went to filling two 8 MiB accumulators
-    (bench/notes/sdf.md, 2026-11-28). With tensors up to 32 MiB (glibc's largest heap
-    size) taken from the heap and nothing trimmed below 1 GiB, the step reuses warm
-    memory. The process keeps its peak heap; results are unchanged. A user's MALLOC_*
-    or GLIBC_TUNABLES setting wins; other C libraries are left alone."""
-    if not sys.platform.startswith("linux"):
-        return
-    if any(k.startswith("MALLOC_") for k in os.environ) or "GLIBC_TUNABLES" in os.environ:
-        return
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # glibc's (musl has none)
-    except (OSError, AttributeError):
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
-    mallopt(m_mmap_threshold, 32 << 20)
-    mallopt(m_trim_threshold, 1 << 30)
-
-
-_keep_freed_memory()
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
