@@ -81,7 +81,8 @@ def forward_backward(exp: Experiment, watch: DivergenceWatch | None = None) -> T
 
     The backward computes only the optimiser's parameters' gradients: other leaves that
     require one (the sdf experiment's points, whose field gradient the loss takes) would
-    cost gradients nobody reads (on 2 CPU cores, 2.2 of 15 ms per 128^3 sdf step)."""
+    cost gradients nobody reads (a 128^3 sdf step on one core 23 -> 15 ms; the sdf command's
+    training on 2 cores 8.0 -> 5.8 s: bench/notes/sdf.md, 2026-11-28)."""
     loss, value = exp.loss()
     exp.optimizer.zero_grad(set_to_none=True)
     params = parameters(exp)
