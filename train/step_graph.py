@@ -77,12 +77,18 @@ def forward_backward(exp: Experiment, watch: DivergenceWatch | None = None) -> T
     """Loss and backward (the gradients replace the old ones), flagged in `watch` if the
     loss or a gradient is not finite; returns the batch value, detached: a value still
     holding the step's autograd graph would keep the parameters' gradient accumulators
-    alive into the next step, whose capture on another stream then fails."""
+    alive into the next step, whose capture on another stream then fails.
+
+    The backward computes only the optimiser's parameters' gradients: other leaves that
+    require one (the sdf experiment's points, whose field gradient the loss takes) would
+    cost gradients nobody reads (a 128^3 sdf step on one core 23 -> 15 ms; the sdf command's
+    training on 2 cores 8.0 -> 5.8 s: bench/notes/sdf.md, 2026-11-28)."""
     loss, value = exp.loss()
     exp.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    params = parameters(exp)
+    loss.backward(inputs=params)
     if watch is not None:
-        grads = [p.grad for p in parameters(exp)]
+        grads = [p.grad for p in params]
         watch.observe(loss, value, grads, list(exp.loss_terms().values()))
     return value.detach()
 
