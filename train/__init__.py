@@ -23,6 +23,8 @@ run-directory and dependency checks do not, so their errors come back at once.
 import os
 import time
 
+from .lazy import lazy_getattr
+
 STARTED = time.perf_counter()  # before torch is imported: the run's phases count from here
 
 # libgomp (torch's CPU threads and grid's) spins 300k iterations before a waiting thread
@@ -41,9 +43,5 @@ if not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(os.environ):
 __all__ = ["Config", "ConfigError", "load_config"]
 
 
-def __getattr__(name: str):  # `train.config` imports torch: not for `grid-train --help`
-    if name in __all__:
-        from . import config
-
-        return getattr(config, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `train.config` imports torch: not for `grid-train --help`
+__getattr__ = lazy_getattr(__name__, __name__, dict.fromkeys(__all__, ".config"))

@@ -7,12 +7,13 @@ Modules: `blender` (the Blender / NeRF-synthetic layout: `Views`, `load_blender`
 `python -m train.nerf.data.to_ngp` (a Blender scene rewritten as transforms.json; not
 imported here, so that `-m` runs it as the entry point).
 
-Imports torch, numpy, Pillow and `train.errors`; nothing else of `train.nerf`. Anything in
+Imports torch, numpy, Pillow, `train.errors` and `train.lazy`; nothing of `train.nerf`. Anything in
 `train.nerf` may import it. Its names are imported from their modules on first use.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ...lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .blender import SPLITS, DatasetError, Views, camera_rays, load_blender
@@ -23,18 +24,18 @@ if TYPE_CHECKING:
 #: name -> the module of this package that defines it: imported on first use, so that the
 #: commands of the packages that import this one (`python -m train.nerf.data.to_ngp`,
 #: `train.nerf.capture.bounds`) answer --help without importing torch
-_WHERE = {
-    **dict.fromkeys(("SPLITS", "DatasetError", "Views", "camera_rays", "load_blender"), "blender"),
-    **dict.fromkeys(("CAMERA_ANGLE_X", "look_at_origin", "pixel_directions"), "cameras"),
-    **dict.fromkeys(("TRANSFORMS", "layout", "load_ngp", "load_views"), "ngp"),
-    **dict.fromkeys(("TrainingRays", "pixel_views"), "rays"),
-}
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(
+    __name__,
+    __name__,
+    {
+        **dict.fromkeys(
+            ("SPLITS", "DatasetError", "Views", "camera_rays", "load_blender"), ".blender"
+        ),
+        **dict.fromkeys(("CAMERA_ANGLE_X", "look_at_origin", "pixel_directions"), ".cameras"),
+        **dict.fromkeys(("TRANSFORMS", "layout", "load_ngp", "load_views"), ".ngp"),
+        **dict.fromkeys(("TrainingRays", "pixel_views"), ".rays"),
+    },
+)
 
 
 __all__ = [

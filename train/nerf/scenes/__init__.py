@@ -13,8 +13,9 @@ Imports `train.nerf.data` (views, camera rays), `train.mesh` (scanned meshes), `
 `train.errors`; never the model or the experiment. The experiment and `config` import it.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ...lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .procedural import SCENE_BOUNDS
@@ -23,17 +24,15 @@ if TYPE_CHECKING:
 
 #: name -> the module of this package that defines it: imported on first use, so that
 #: `python -m train.nerf.scenes.generate --help` answers without importing torch
-_WHERE = {
-    "SCENE_BOUNDS": "procedural",
-    **dict.fromkeys(("LOOKS", "MeshError", "ScanScene"), "scan"),
-    **dict.fromkeys(("MESH_SUFFIXES", "UP_AXES", "read_mesh"), "scan_mesh"),
-}
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(
+    __name__,
+    __name__,
+    {
+        "SCENE_BOUNDS": ".procedural",
+        **dict.fromkeys(("LOOKS", "MeshError", "ScanScene"), ".scan"),
+        **dict.fromkeys(("MESH_SUFFIXES", "UP_AXES", "read_mesh"), ".scan_mesh"),
+    },
+)
 
 
 __all__ = [

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...lazy import lazy_getattr
+
 # torch and the scene modules are imported where they are used: `--help` and a bad option
 # answer without importing torch (0.1 s instead of 1.5 s on 2 cores)
 if TYPE_CHECKING:
@@ -59,17 +61,16 @@ TEST_ELEVATION = math.radians(30.0)
 ELEVATIONS = (math.radians(-20.0), math.radians(75.0))  # train / val band
 
 
-def __getattr__(name: str):
-    # the names this module offered when it imported them at the top
-    if name in ("CAMERA_ANGLE_X", "look_at_origin"):
-        from ..data import cameras
-
-        return getattr(cameras, name)
-    if name == "SCENE_BOUNDS":
-        from .procedural import SCENE_BOUNDS
-
-        return SCENE_BOUNDS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the names this module offered when it imported them at the top
+__getattr__ = lazy_getattr(
+    __name__,
+    __package__,
+    {
+        "CAMERA_ANGLE_X": "..data.cameras",
+        "look_at_origin": "..data.cameras",
+        "SCENE_BOUNDS": ".procedural",
+    },
+)
 
 
 def _spherical(azimuth: Tensor, elevation: Tensor) -> Tensor:
