@@ -381,9 +381,15 @@ def grid_swap(args, dvgo_dir: Path | None, scene: Path, work: Path, out: Path) -
     rows = {k: dvgo_result(t, scene) for k, t in [*own, ("DirectVoxGO on grid.sample", text)]}
     table = swap_table(rows, scene.name)
     print(table)
-    (out / "dvgo_grid.md").write_text(table + "\n")
-    (out / "dvgo_grid.json").write_text(json.dumps(rows, indent=2, default=str))
+    write_table(out, "dvgo_grid", table, rows)
     return 0
+
+
+def write_table(out: Path, stem: str, table: str, result: dict) -> None:
+    """out/<stem>.md (the table) and out/<stem>.json (every number), and a line saying so."""
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / f"{stem}.md").write_text(table + "\n")
+    print(f"wrote {out / f'{stem}.md'} and {out / f'{stem}.json'}")
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -521,9 +527,7 @@ def main(argv=None) -> int:
     print(table)
     result = {**meta, "rows": rows, "dvgo": dvgo, "dvgo_scored": scored, "ours": ours}
     result["ours_shipped"] = shipped
-    (out / "dvgo.json").write_text(json.dumps(result, indent=2, default=str))
-    (out / "dvgo.md").write_text(table + "\n")
-    print(f"wrote {out / 'dvgo.md'} and {out / 'dvgo.json'}")
+    write_table(out, "dvgo", table, result)
     return 0
 
 

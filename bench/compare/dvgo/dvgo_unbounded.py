@@ -75,6 +75,7 @@ from bench.compare.dvgo.bench_dvgo import (  # noqa: E402
     parse_dvgo_log,
     run_ours,
     score_renders,
+    write_table,
 )
 from bench.compare.dvgo.dvgo_capture import CaptureError  # noqa: E402
 from bench.compare.dvgo.dvgo_llff import LlffError, write_llff  # noqa: E402
@@ -440,9 +441,7 @@ def main(argv=None) -> int:
     print(table)
     result = {**meta, "rows": rows, "dvgo": dvgo, "dvgo_scored": scored, "llff": info}
     result["ours"] = ours
-    (out / "dvgo_unbounded.json").write_text(json.dumps(result, indent=2, default=str))
-    (out / "dvgo_unbounded.md").write_text(table + "\n")
-    print(f"wrote {out / 'dvgo_unbounded.md'} and {out / 'dvgo_unbounded.json'}")
+    write_table(out, "dvgo_unbounded", table, result)
     return 0
 
 
