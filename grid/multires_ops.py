@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .ops import _check_pair, _entry_point, _masked_like
+from .ops import _entry_point
+from .shape_rules import _check_pair, _masked_like
 
 _MULTIRES = torch.ops.grid.multires.default
 _MULTIRES_ENTRY = _entry_point(_MULTIRES)

@@ -14,10 +14,10 @@ from ._checks import floating_dtype, plural
 from .boxes import _bounds, _resolution, check_inside, lattice
 from .ops import sample, total_variation, total_variation_add_grad_
 from .parameters import replace_data
+from .shape_rules import INTERPOLATIONS
 
 INITS = ("zeros", "normal", "uniform")
 PADDINGS = ("zeros", "border")
-INTERPOLATIONS = ("linear", "smoothstep")
 _HALF = (torch.float16, torch.bfloat16)
 
 
