@@ -44,15 +44,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 
 from bench.harness import ROOT  # noqa: E402
-from bench.training.bench_scenes import (
-    NAMES,
-    SCENES,
-    BenchError,
-    check_label,
-    load_results,
-    pick,
-    save,
-)  # noqa: E402
+from bench.training.bench_scenes import BenchError, check_label  # noqa: E402
+from bench.training.scene_set import NAMES, SCENES, pick  # noqa: E402
+from bench.training.scenes_table import load_results, save  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "nerf_realistic_gpu.toml")

@@ -36,8 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 
 from bench.harness import ROOT  # noqa: E402
-from bench.training.bench_scenes import BenchError, load_results, pick  # noqa: E402
+from bench.training.bench_scenes import BenchError  # noqa: E402
+from bench.training.scene_set import pick  # noqa: E402
 from bench.training.scenes_pool import parse_run  # noqa: E402
+from bench.training.scenes_table import load_results  # noqa: E402
 
 POOL = Path(__file__).resolve().parent / "scenes_pool.py"
 

@@ -13,30 +13,30 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-from bench.training import bench_scenes  # noqa: E402
+from bench.training import bench_scenes, scene_set, scenes_table  # noqa: E402
 from train.config import load_config  # noqa: E402
 
 
 def test_scene_table():
-    names = [s[0] for s in bench_scenes.SCENES]
+    names = [s[0] for s in scene_set.SCENES]
     assert len(names) >= 5 and len(set(names)) == len(names)
     assert "realistic" in names
-    sizes = [s[3] for s in bench_scenes.SCENES]
+    sizes = [s[3] for s in scene_set.SCENES]
     assert set(sizes) == {400, 800}
     from train.nerf.scenes.scan import LOOKS
     from train.nerf.scenes.scan_mesh import UP_AXES
 
-    assert all(s[2] in LOOKS and s.up in UP_AXES for s in bench_scenes.SCENES if s[1])
-    assert bench_scenes.pick("cow_mirror,realistic") == [
-        s for s in bench_scenes.SCENES if s[0] in ("realistic", "cow_mirror")
+    assert all(s[2] in LOOKS and s.up in UP_AXES for s in scene_set.SCENES if s[1])
+    assert scene_set.pick("cow_mirror,realistic") == [
+        s for s in scene_set.SCENES if s[0] in ("realistic", "cow_mirror")
     ]
     with pytest.raises(bench_scenes.BenchError, match="unknown teapot"):
-        bench_scenes.pick("teapot")
+        scene_set.pick("teapot")
 
 
 def test_the_halves_are_disjoint_and_the_held_out_meshes_are_new():
-    tune = bench_scenes.pick(None, split="tune")
-    held = bench_scenes.pick(None, split="held_out")
+    tune = scene_set.pick(None, split="tune")
+    held = scene_set.pick(None, split="held_out")
     assert [s.name for s in tune] == [
         "realistic",
         "bunny_glossy",
@@ -45,31 +45,31 @@ def test_the_halves_are_disjoint_and_the_held_out_meshes_are_new():
         "camel_translucent",
         "armadillo_large",
     ]  # the six every config so far was tuned on
-    assert len(held) >= 4 and bench_scenes.pick(None) == tune + held
+    assert len(held) >= 4 and scene_set.pick(None) == tune + held
     assert not {s.mesh for s in tune} & {s.mesh for s in held}
     assert len({s.look for s in held}) >= 3  # mixed looks, not one
     assert sorted(s.look for s in held) != sorted(s.look for s in tune if s.mesh)
-    assert all(s.split in bench_scenes.SPLITS for s in bench_scenes.SCENES)
-    assert bench_scenes.split_of("cow_mirror") == "tune"
-    assert bench_scenes.split_of(held[0].name) == "held_out"
-    assert bench_scenes.split_of("teapot") is None
+    assert all(s.split in scene_set.SPLITS for s in scene_set.SCENES)
+    assert scene_set.split_of("cow_mirror") == "tune"
+    assert scene_set.split_of(held[0].name) == "held_out"
+    assert scene_set.split_of("teapot") is None
 
 
 def test_split_selection_and_its_errors():
-    held = bench_scenes.pick(None, split="held_out")
-    assert bench_scenes.pick(held[0].name, split="held_out") == [held[0]]
-    assert bench_scenes.pick("cow_mirror", split="all")[0].name == "cow_mirror"
+    held = scene_set.pick(None, split="held_out")
+    assert scene_set.pick(held[0].name, split="held_out") == [held[0]]
+    assert scene_set.pick("cow_mirror", split="all")[0].name == "cow_mirror"
     with pytest.raises(bench_scenes.BenchError, match="--split held_out: cow_mirror not in it"):
-        bench_scenes.pick("cow_mirror", split="held_out")
+        scene_set.pick("cow_mirror", split="held_out")
     with pytest.raises(bench_scenes.BenchError, match="--split: expected tune, held_out or all"):
-        bench_scenes.pick(None, split="test")
+        scene_set.pick(None, split="test")
 
 
 def test_held_out_meshes_resolve(tmp_path):
-    for row in bench_scenes.pick(None, split="held_out"):
+    for row in scene_set.pick(None, split="held_out"):
         (tmp_path / row.mesh).write_text("OFF\n3 1 0\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
-    for row in bench_scenes.pick(None, split="held_out"):
-        sets = bench_scenes.scene_overrides(row, str(tmp_path), tmp_path / "data")
+    for row in scene_set.pick(None, split="held_out"):
+        sets = scene_set.scene_overrides(row, str(tmp_path), tmp_path / "data")
         config = load_config(ROOT / "configs" / "nerf_realistic_gpu.toml", sets)
         d = config.data
         assert (d.scene, d.scene_look, d.scene_up) == ("scan", row.look, row.up)
@@ -82,28 +82,28 @@ def test_held_out_meshes_resolve(tmp_path):
 def test_held_out_meshes_are_in_cgals_demo_data():
     from train.nerf.scenes import read_mesh
 
-    for row in bench_scenes.pick(None, split="held_out"):
-        mesh = read_mesh(bench_scenes.find_mesh(str(ROOT / ".anchors" / "thin"), row.mesh))
+    for row in scene_set.pick(None, split="held_out"):
+        mesh = read_mesh(scene_set.find_mesh(str(ROOT / ".anchors" / "thin"), row.mesh))
         assert len(mesh.faces) > 1000  # a scan, fine enough for thin parts
 
 
 def test_overrides_make_a_valid_config(tmp_path):
     (tmp_path / "cow.off").write_text("OFF\n3 1 0\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
-    row = next(s for s in bench_scenes.SCENES if s[1] == "cow.off")
-    sets = bench_scenes.scene_overrides(row, str(tmp_path), tmp_path / "data")
+    row = next(s for s in scene_set.SCENES if s[1] == "cow.off")
+    sets = scene_set.scene_overrides(row, str(tmp_path), tmp_path / "data")
     config = load_config(ROOT / "configs" / "nerf_realistic_gpu.toml", sets)
     d = config.data
     assert (d.scene, d.scene_look, d.scene_size) == ("scan", row[2], row[3])
     assert Path(d.scene_mesh) == (tmp_path / "cow.off").resolve()
     assert d.path == str(tmp_path / "data" / f"{row[0]}_{row[3]}")
-    realistic = bench_scenes.scene_overrides(bench_scenes.SCENES[0], None, tmp_path)
+    realistic = scene_set.scene_overrides(scene_set.SCENES[0], None, tmp_path)
     assert load_config(ROOT / "configs" / "nerf_realistic_gpu.toml", realistic).data.scene == (
         "realistic"
     )
     with pytest.raises(bench_scenes.BenchError, match="--meshes"):
-        bench_scenes.scene_overrides(row, None, tmp_path)
+        scene_set.scene_overrides(row, None, tmp_path)
     with pytest.raises(bench_scenes.BenchError, match="no cow.off"):
-        bench_scenes.scene_overrides(row, str(tmp_path / "elsewhere"), tmp_path)
+        scene_set.scene_overrides(row, str(tmp_path / "elsewhere"), tmp_path)
 
 
 def _entry(ours: float, dvgo: float | None) -> dict:
@@ -117,14 +117,14 @@ def _entry(ours: float, dvgo: float | None) -> dict:
 
 def test_means_and_table():
     results = {"a": _entry(30.0, 29.0), "b": _entry(34.0, None), "c": _entry(26.0, 27.0)}
-    ours, dvgo = bench_scenes.means(results, "ours"), bench_scenes.means(results, "dvgo")
+    ours, dvgo = scenes_table.means(results, "ours"), scenes_table.means(results, "dvgo")
     assert ours["psnr"] == pytest.approx(30.0) and ours["scenes"] == 3
     assert dvgo["psnr"] == pytest.approx(28.0) and dvgo["peak_allocated"] is None
     assert dvgo["scenes"] == 2
-    assert bench_scenes.difference(results) == (pytest.approx(0.0), 2)
-    assert bench_scenes.systems(results) == ["dvgo", "ours"]
+    assert scenes_table.difference(results) == (pytest.approx(0.0), 2)
+    assert scenes_table.systems(results) == ["dvgo", "ours"]
     meta = {"device_name": "CPU", "torch": "x", "date": "now", "config": "c.toml"}
-    table = bench_scenes.markdown(results, meta)
+    table = scenes_table.markdown(results, meta)
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert len(rows) == 2 + 2 + 1 + 2  # header and its rule, a and c with both, b ours alone
     assert rows[2].startswith("| a | - | 400x400 | dvgo | 29.00")
@@ -139,19 +139,19 @@ def test_means_and_table():
     assert "(by 0.25 of its time at worst);" in table
     # mean curves over a and c: 26, 27, 28 at 10, 50, 100 s; DirectVoxGO's mean 28 in 200 s
     assert "; the mean curve at its mean PSNR at 100.0 s, 0.50 of its mean time." in table
-    assert bench_scenes.mean_reach(results, "ours") == (pytest.approx(100.0), pytest.approx(0.5))
+    assert scenes_table.mean_reach(results, "ours") == (pytest.approx(100.0), pytest.approx(0.5))
     results["a"]["dvgo"]["psnr"] = 31.0  # mean 29: never
-    assert bench_scenes.mean_reach(results, "ours") is None
-    assert "never reached by the mean curve." in bench_scenes.markdown(results, meta)
+    assert scenes_table.mean_reach(results, "ours") is None
+    assert "never reached by the mean curve." in scenes_table.markdown(results, meta)
     assert "- dvgo: mean PSNR 28.00 dB over 2 scenes" in table
 
 
 def test_table_marks_the_split_and_means_per_split(tmp_path):
-    tune, held = (bench_scenes.pick(None, split=s)[:2] for s in ("tune", "held_out"))
+    tune, held = (scene_set.pick(None, split=s)[:2] for s in ("tune", "held_out"))
     results = {tune[0].name: _entry(30.0, 29.0), tune[1].name: _entry(32.0, 30.0)}
     results |= {held[0].name: _entry(20.0, 22.0), held[1].name: _entry(24.0, 23.0)}
     meta = {"device_name": "CPU", "torch": "x", "date": "now", "config": "c.toml"}
-    table = bench_scenes.markdown(results, meta)
+    table = scenes_table.markdown(results, meta)
     assert f"| {tune[0].name} | tune | 400x400 | ours | 30.00" in table
     assert f"| {held[0].name} | held_out |" in table
     assert "Means, tuning half (2 scenes):\n- dvgo: mean PSNR 29.50 dB" in table
@@ -160,11 +160,11 @@ def test_table_marks_the_split_and_means_per_split(tmp_path):
     assert "- ours: mean PSNR 22.00 dB over 2 scenes" in table
     assert "against DirectVoxGO on 2: mean -0.50 dB, 1 below it" in table
     assert "Means, all scenes (4 scenes):" in table
-    bench_scenes.save(tmp_path, results, meta)
+    scenes_table.save(tmp_path, results, meta)
     saved = json.loads((tmp_path / "scenes.json").read_text())["means_by_split"]
     assert saved["held-out half"]["ours"]["psnr"] == pytest.approx(22.0)
     only_held = {n: r for n, r in results.items() if n == held[0].name}
-    assert "Means, all scenes" not in bench_scenes.markdown(only_held, meta)
+    assert "Means, all scenes" not in scenes_table.markdown(only_held, meta)
 
 
 def test_ours_result_keeps_the_curves_and_the_captures():
@@ -193,18 +193,18 @@ def test_against_dvgo_reads_the_curve():
     ours = {"psnr": 30.0, "curve": [[10.0, 27.0], [50.0, 29.5], [100.0, 30.0]]}
     dvgo = {"psnr": 29.0, "train_seconds": 40.0}
     # ours passes 29.0 first at 50 s (1.25 of its 40 s); at its 40 s ours is at 29.5 (50 s)
-    assert bench_scenes.against_dvgo(ours, dvgo) == {
+    assert scenes_table.against_dvgo(ours, dvgo) == {
         "delta": pytest.approx(1.0),
         "at_time": 29.5,
         "reach": pytest.approx(1.25),
     }
     longer = {"psnr": 31.0, "train_seconds": 500.0}  # ours ended before; never reached
-    assert bench_scenes.against_dvgo(ours, longer) == {
+    assert scenes_table.against_dvgo(ours, longer) == {
         "delta": pytest.approx(-1.0),
         "at_time": None,
         "reach": None,
     }
-    assert bench_scenes.against_dvgo(ours, None)["delta"] is None
+    assert scenes_table.against_dvgo(ours, None)["delta"] is None
 
 
 @pytest.mark.parametrize("label", ["dvgo", "size", "a b", "x/y", ""])
