@@ -7,14 +7,14 @@ decided on the mean over scenes, not on the one scene it was tuned on.
         --ours-only | --dvgo-only | --gsplat-only]
         [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F] [--gsplat-steps N]
 
-The scenes (bench/training/scene_set.py's SCENES), in two halves (`split`): the tuning
-half, on which every config value is chosen (the realistic scene, `data.scene = "realistic"`, and five scanned meshes in five
-looks, `data.scene = "scan"`, train/nerf/scenes/scan.py), and the held-out half, on which
-verdicts are reported and nothing is tuned (five other meshes, thin-legged or finely carved,
-the looks mixed otherwise); 400x400, one of each half at 800x800; 100 training and 25 test
-views each (the config's). --split picks a half (default all). The meshes are CGAL's
-demo data: Debian's `libcgal-demo` package installs them
-in /usr/share/doc/libcgal-dev/data.tar.gz (unpack it: `tar xzf ... data/meshes`); --meshes
+The scenes (bench/training/scene_set.py's SCENES), in two halves (`split`): the tuning half,
+on which every config value is chosen (the realistic scene, `data.scene = "realistic"`, and
+five scanned meshes in five looks, `data.scene = "scan"`, train/nerf/scenes/scan.py), and
+the held-out half, on which verdicts are reported and nothing is tuned (five other meshes,
+thin-legged or finely carved, the looks mixed otherwise); 400x400, one of each half at
+800x800; 100 training and 25 test views each (the config's). --split picks a half (default
+all). The meshes are CGAL's demo data: Debian's `libcgal-demo` package installs them in
+/usr/share/doc/libcgal-dev/data.tar.gz (unpack it: `tar xzf ... data/meshes`); --meshes
 names the folder holding the .off files (or its `data/meshes`). Nothing is downloaded.
 
 For each scene: the scene generated into --data (once: scene.json says when it is current;
@@ -26,9 +26,10 @@ in --out/scenes.json (a call updates the scenes it ran), so scenes, systems and 
 be split to fit a time limit (bench/training/scenes_pool.py spreads them over a host's GPUs);
 --label names ours' system (one per config or schedule: `fast`, `quality`, ...).
 scenes.md is the table of all of them (bench/training/scenes_table.py): per scene (and its
-split) a row per system (PSNR, SSIM, training seconds, peak memory; ours against DirectVoxGO: the end's difference, PSNR
-at its training time, and when ours first reaches its PSNR as a fraction of its time),
-then each system's means and how many scenes it is below DirectVoxGO on, per half and over all.
+split) a row per system (PSNR, SSIM, training seconds, peak memory; ours against
+DirectVoxGO: the end's difference, PSNR at its training time, and when ours first reaches
+its PSNR as a fraction of its time), then each system's means and how many scenes it is
+below DirectVoxGO on, per half and over all.
 --generate-only generates the scenes and records their generation seconds.
 --gsplat-only trains Gaussian splatting instead (bench/compare/gsplat/gsplat_scene.py, gsplat's
 rasterizer in a program of its own; the system `gsplat` in the table, the upper anchor).
