@@ -12,7 +12,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 
-from bench.compare.dvgo.bench_dvgo import GIB  # noqa: E402
+from bench.compare.dvgo.dvgo_table import GIB  # noqa: E402
 from bench.training.scene_set import NAMES, split_of  # noqa: E402
 
 METRICS = ("psnr", "ssim", "train_seconds", "peak_allocated")

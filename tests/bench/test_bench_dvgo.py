@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-from bench.compare.dvgo import bench_dvgo  # noqa: E402
+from bench.compare.dvgo import bench_dvgo, dvgo_table  # noqa: E402
 
 LOG = """\
 Loaded blender (111, 400, 400, 4) ...
@@ -86,12 +86,12 @@ def test_rows_pick_the_evaluations_at_the_times():
     ours = {"records": records, "peak_allocated": 2**30, "peak_reserved": 2**31}
     dvgo = bench_dvgo.parse_dvgo_log(LOG)
     scored = {"psnr": 36.2, "ssim": 0.98, "views": 25, "background_mse": 1.5e-4}
-    rows = bench_dvgo.table_rows(dvgo, scored, ours)
+    rows = dvgo_table.table_rows(dvgo, scored, ours)
     assert rows[1]["background_mse"] == 1.5e-4
     assert [r["train_seconds"] for r in rows] == [228, 228, 76.2, 152.1, 228.4]
     assert rows[4]["moment"] == "at T (equal time), step 700"
     short = {**ours, "records": records[:2]}  # ended at 76.2 s
-    rows = bench_dvgo.table_rows(dvgo, None, short)
+    rows = dvgo_table.table_rows(dvgo, None, short)
     assert rows[2]["moment"] == "2T/3 not reached: its end, step 250"
     meta = {
         "device_name": "H100",
@@ -103,7 +103,7 @@ def test_rows_pick_the_evaluations_at_the_times():
         "train_views": 100,
         "test_views": 25,
     }
-    table = bench_dvgo.markdown(rows, meta)
+    table = dvgo_table.markdown(rows, meta)
     dvgo_row = "| DirectVoxGO | end (coarse + fine), its float renders | 228.0 | 36.30 | 0.9812 |"
     assert f"{dvgo_row} - | - | 5.00 / 6.00 |" in table  # no background numbers of its own
     assert (

@@ -228,11 +228,11 @@ def test_the_bench_reads_the_converted_capture(ngp, tmp_path, capsys):
     would train on the capture itself, DirectVoxGO's layout is in --work/capture."""
     args = bench_dvgo.parse_args(["--capture", str(ngp), "--work", str(tmp_path / "w")])
     base = bench_dvgo.load_config(args.config, ["output.progress=false"])
-    sets, info = bench_dvgo.capture_scene(args, base, Path(args.work))
+    sets, info = dvgo_capture.capture_scene(args, base, Path(args.work))
     config = bench_dvgo.load_config(args.config, ["output.progress=false", *sets])
     assert Path(config.data.path) == ngp.resolve() and config.data.generate is False
     assert (Path(info["blender"]) / "transforms_val.json").is_file()
-    meta = bench_dvgo.capture_meta({"size": 400}, info)
+    meta = dvgo_capture.capture_meta({"size": 400}, info)
     assert meta["scene"] == f"capture ngp (ngp, {W}x{H})" and meta["test_views"] == 2
 
 

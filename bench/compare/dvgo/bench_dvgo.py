@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -63,8 +62,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: bench, grid, train
 
-from bench.compare.dvgo.dvgo_capture import CaptureError, convert  # noqa: E402
+from bench.compare.dvgo.dvgo_capture import CaptureError, capture_meta, capture_scene  # noqa: E402
 from bench.compare.dvgo.dvgo_grid import swap_table  # noqa: E402
+from bench.compare.dvgo.dvgo_table import markdown, table_rows, write_table  # noqa: E402
 from bench.harness import ROOT, nerf_run_meta  # noqa: E402
 from train.config import load_config  # noqa: E402
 from train.errors import ConfigError  # noqa: E402
@@ -74,7 +74,6 @@ from train.nerf.data.blender import load_blender  # noqa: E402
 from train.nerf.experiment import ensure_scene  # noqa: E402
 
 DEFAULT_RATE = 165.0  # ours on an H100: nerf_realistic_gpu.toml, 36000 steps in 214.9 s
-GIB = 2**30
 
 
 class BenchError(RuntimeError):
@@ -258,106 +257,6 @@ def run_ours(config, out: Path, device: torch.device) -> dict[str, Any]:
     }
 
 
-def at_time(records: list[dict], seconds: float) -> tuple[dict, bool]:
-    """The first record at or after `seconds` of training, and True; or the last record
-    and False when training ended before."""
-    for record in records:
-        if record["train_seconds"] >= seconds:
-            return record, True
-    return records[-1], False
-
-
-# ---- the table -----------------------------------------------------------------------------
-
-
-def dvgo_rows(dvgo: dict, scored: dict | None, system: str, moment: str) -> list[dict]:
-    """DirectVoxGO's end as table rows: its own float renders' numbers (`moment`), then its
-    8-bit renders scored here (`score_renders`) when there are some."""
-    row = {"system": system, "moment": moment, "train_seconds": dvgo["train_seconds"]}
-    rows = [row | {k: dvgo[k] for k in ("psnr", "ssim", "peak_allocated", "peak_reserved")}]
-    if scored is not None:
-        row = row | {"moment": "end, its 8-bit renders scored here"}
-        rows.append(row | {k: scored.get(k) for k in ("psnr", "ssim", "background_mse")})
-    return rows
-
-
-def table_rows(
-    dvgo: dict, scored: dict | None, ours: dict, shipped: dict | None = None
-) -> list[dict]:
-    """One row per (system, moment): training seconds, PSNR, SSIM, peaks. `shipped`: ours
-    with the config's own schedule (--shipped), its end."""
-    t = dvgo["train_seconds"]
-    rows = dvgo_rows(dvgo, scored, "DirectVoxGO", "end (coarse + fine), its float renders")
-    records = ours["records"]
-    for label, k in (("T/3", 1), ("2T/3", 2), ("T (equal time)", 3)):
-        record, reached = at_time(records, t * k / 3)
-        moment = f"at {label}" if reached else f"{label} not reached: its end"
-        rows.append(_ours_row(moment, record, ours))
-    last = records[-1]
-    if last is not at_time(records, t)[0]:
-        rows.append(_ours_row(f"end ({last['step']} steps)", last, ours))
-    if shipped is not None:
-        last = shipped["records"][-1]
-        rows.append(_ours_row("the config's own schedule, its end", last, shipped))
-    return rows
-
-
-def _ours_row(moment: str, record: dict, ours: dict) -> dict:
-    return {
-        "system": "ours",
-        "moment": f"{moment}, step {record['step']}",
-        "train_seconds": record["train_seconds"],
-        "psnr": record["psnr"],
-        "ssim": record.get("ssim"),
-        "background_mse": record.get("background_mse"),
-        "background_opacity": record.get("background_opacity"),
-        "peak_allocated": ours["peak_allocated"],
-        "peak_reserved": ours["peak_reserved"],
-    }
-
-
-def markdown(rows: list[dict], meta: dict) -> str:
-    def number(value, fmt: str) -> str:
-        return (
-            "-"
-            if value is None or (isinstance(value, float) and math.isnan(value))
-            else fmt.format(value)
-        )
-
-    def memory(row: dict) -> str:
-        a, r = row.get("peak_allocated"), row.get("peak_reserved")
-        return "-" if a is None else f"{a / GIB:.2f} / {r / GIB:.2f}"
-
-    views = f"{meta['train_views']} train / {meta['test_views']} test views"
-    size = "" if "capture" in meta else f"{meta['size']}x{meta['size']}, "
-    lines = [
-        f"{meta['device_name']} | torch {meta['torch']} | {meta['date']} | {meta['config']} | "
-        f"scene {meta['scene']} ({size}{views})",
-        "",
-        "| system | moment | training s | test PSNR (dB) | SSIM | background MSE | "
-        "background opacity | peak GiB allocated / reserved |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['system']} | {r['moment']} | {r['train_seconds']:.1f} | "
-            f"{number(r['psnr'], '{:.2f}')} | {number(r.get('ssim'), '{:.4f}')} | "
-            f"{number(r.get('background_mse'), '{:.2e}')} | "
-            f"{number(r.get('background_opacity'), '{:.2e}')} | {memory(r)} |"
-        )
-    lines += [
-        "",
-        "Training seconds: DirectVoxGO's coarse + fine stage times as it prints them (whole "
-        "seconds; data loading and testing excluded); ours, the training steps only. Peak "
-        "memory: torch's max_memory_allocated / max_memory_reserved over the whole process "
-        "(DirectVoxGO, through bench/ops/cuda_peak.py) or the whole run, evaluations included "
-        "(ours); the CUDA context is not counted. Background (floaters): the test pixels the "
-        "scene leaves transparent; colour MSE there (DirectVoxGO: its 8-bit renders) and ours' "
-        "mean rendered opacity there.",
-    ]
-    return "\n".join(lines)
-
-
 # ---- DirectVoxGO on our grid ---------------------------------------------------------------
 
 
@@ -383,16 +282,6 @@ def grid_swap(args, dvgo_dir: Path | None, scene: Path, work: Path, out: Path) -
     print(table)
     write_table(out, "dvgo_grid", table, rows)
     return 0
-
-
-def write_table(out: Path, stem: str, table: str, result: dict) -> None:
-    """out/<stem>.md (the table) and out/<stem>.json (every number), and a line saying so."""
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
-    (out / f"{stem}.md").write_text(table + "\n")
-    print(f"wrote {out / f'{stem}.md'} and {out / f'{stem}.json'}")
-
-
-# ---- main ----------------------------------------------------------------------------------
 
 
 def common_args(description: str, config: str, work: str, work_help: str):
@@ -444,29 +333,6 @@ def parse_args(argv=None):
         "--shipped", action="store_true", help="also train --config's own schedule (+1 min)"
     )
     return parser.parse_args(argv)
-
-
-def capture_scene(args, base, work: Path, target: str = "blender") -> tuple[list[str], dict]:
-    """--capture converted for DirectVoxGO into work/capture (`target` layout, and always
-    the Blender layout its renders are scored against); the --set options that make ours
-    read the capture, and the conversion's record. CaptureError for a bad capture or a
-    config that reads it otherwise."""
-    if base.data.downscale != 1:
-        raise CaptureError(
-            f"data.downscale = {base.data.downscale}: the conversion keeps full-size images; "
-            "set data.downscale = 1 (or downscale the capture's images first)"
-        )
-    info = convert(args.capture, work / "capture", target, base.data.holdout_every)
-    sets = [f"data.path={json.dumps(info['data_path'])}", "data.generate=false"]
-    return sets, info
-
-
-def capture_meta(meta: dict, info: dict) -> dict:
-    """nerf_run_meta's record with the capture in place of a generated scene."""
-    height, width = info["hwf"][:2]
-    name = f"capture {Path(info['capture']).name} ({info['layout']}, {width:g}x{height:g})"
-    meta |= {"scene": name, "train_views": info["train_views"], "capture": info}
-    return meta | {"test_views": info["test_views"]}
 
 
 def main(argv=None) -> int:

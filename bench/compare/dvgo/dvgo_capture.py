@@ -302,6 +302,29 @@ def convert(
     return info
 
 
+def capture_scene(args, base, work: Path, target: str = "blender") -> tuple[list[str], dict]:
+    """--capture converted for DirectVoxGO into work/capture (`target` layout, and always
+    the Blender layout its renders are scored against); the --set options that make ours
+    read the capture, and the conversion's record. CaptureError for a bad capture or a
+    config that reads it otherwise."""
+    if base.data.downscale != 1:
+        raise CaptureError(
+            f"data.downscale = {base.data.downscale}: the conversion keeps full-size images; "
+            "set data.downscale = 1 (or downscale the capture's images first)"
+        )
+    info = convert(args.capture, work / "capture", target, base.data.holdout_every)
+    sets = [f"data.path={json.dumps(info['data_path'])}", "data.generate=false"]
+    return sets, info
+
+
+def capture_meta(meta: dict, info: dict) -> dict:
+    """nerf_run_meta's record with the capture in place of a generated scene."""
+    height, width = info["hwf"][:2]
+    name = f"capture {Path(info['capture']).name} ({info['layout']}, {width:g}x{height:g})"
+    meta |= {"scene": name, "train_views": info["train_views"], "capture": info}
+    return meta | {"test_views": info["test_views"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("capture", type=Path, help="a capture folder in any layout read here")

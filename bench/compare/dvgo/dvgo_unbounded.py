@@ -63,22 +63,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: be
 
 from bench.compare.dvgo.bench_dvgo import (  # noqa: E402
     BenchError,
-    _ours_row,
-    at_time,
-    capture_meta,
-    capture_scene,
     common_args,
-    dvgo_rows,
     find_dvgo,
     launch_dvgo,
-    markdown,
     parse_dvgo_log,
     run_ours,
     score_renders,
+)
+from bench.compare.dvgo.dvgo_capture import CaptureError, capture_meta, capture_scene  # noqa: E402
+from bench.compare.dvgo.dvgo_llff import LlffError, write_llff  # noqa: E402
+from bench.compare.dvgo.dvgo_table import (  # noqa: E402
+    _ours_row,
+    at_time,
+    dvgo_rows,
+    markdown,
     write_table,
 )
-from bench.compare.dvgo.dvgo_capture import CaptureError  # noqa: E402
-from bench.compare.dvgo.dvgo_llff import LlffError, write_llff  # noqa: E402
 from bench.harness import ROOT, nerf_run_meta  # noqa: E402
 from train.config import load_config  # noqa: E402
 from train.errors import ConfigError  # noqa: E402
