@@ -3,7 +3,8 @@
 What lives where (each subpackage's own docstring says more):
 
 * here, the experiment: `config` (the `[data]` and `[nerf]` tables; it also reads
-  `[multires]`, `train.multires_config`), `choices` (the names their options choose from,
+  `[multires]`, `train.multires_config`), `memory` (what a run allocates, checked before
+  it starts), `choices` (the names their options choose from,
   shared with the model), `experiment` (`NerfExperiment`, the
   loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures` (test_views.png,
   curves.png, turntable.gif), `export` (the density's level set as a mesh, for
@@ -18,7 +19,7 @@ What lives where (each subpackage's own docstring says more):
   a box from the cameras (`python -m train.nerf.capture.bounds`).
 
 Floors, lowest first (a module imports only from floors below its own): `data`, `choices`,
-`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config` -> `model` (which reads
+`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config`, `memory` -> `model` (which reads
 `config` for annotations only) -> `pictures` -> `experiment` -> `export` -> `view`.
 Shared code of `train` imports this package only through the registry
 (`train.experiments`), by the names in `SPEC`.
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING
 from ..dependencies import INSTALL_TRAIN, require
 from ..multires_config import MultiresConfig
 from ..schema import ExperimentSpec
-from .config import DataConfig, NerfConfig, memory, validate
+from .config import DataConfig, NerfConfig, validate
+from .memory import memory
 
 if TYPE_CHECKING:
     from ..config import Config
