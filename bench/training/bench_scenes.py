@@ -64,7 +64,7 @@ from train.config import load_config  # noqa: E402
 from train.errors import ConfigError  # noqa: E402
 from train.loop import select_device  # noqa: E402
 from train.metrics import psnr  # noqa: E402
-from train.nerf.experiment import ensure_scene  # noqa: E402
+from train.nerf.scene_path import ensure_scene  # noqa: E402
 
 
 def ours_result(ours: dict[str, Any]) -> dict[str, Any]:

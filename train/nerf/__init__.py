@@ -3,12 +3,12 @@
 What lives where (each subpackage's own docstring says more):
 
 * here, the experiment: `config` (the `[data]` and `[nerf]` tables; it also reads
-  `[multires]`, `train.multires_config`), `memory` (what a run allocates, checked before
-  it starts), `choices` (the names their options choose from,
-  shared with the model), `experiment` (`NerfExperiment`, the
-  loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures` (test_views.png,
-  curves.png, turntable.gif), `export` (the density's level set as a mesh, for
-  `python -m train.export`), `view` (any camera's render: `grid-train view` and
+  `[multires]`, `train.multires_config`), `memory` (what a run allocates, checked before it
+  starts), `choices` (the names their options choose from, shared with the model),
+  `scene_path` (the capture at `data.path`, generated there when asked), `experiment`
+  (`NerfExperiment`, the loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures`
+  (test_views.png, curves.png, turntable.gif), `export` (the density's level set as a mesh,
+  for `python -m train.export`), `view` (any camera's render: `grid-train view` and
   `grid-train render`);
 * `model/`: `VoxelNeRF`, its renderers (which take the functions the model hands them),
   losses, per-image appearance, the fitted box;
@@ -19,8 +19,9 @@ What lives where (each subpackage's own docstring says more):
   a box from the cameras (`python -m train.nerf.capture.bounds`).
 
 Floors, lowest first (a module imports only from floors below its own): `data`, `choices`,
-`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config`, `memory` -> `model` (which reads
-`config` for annotations only) -> `pictures` -> `experiment` -> `export` -> `view`.
+`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config`, `memory` ->
+`scene_path`, `model` (which reads `config` for annotations only) -> `pictures` ->
+`experiment` -> `export` -> `view`.
 Shared code of `train` imports this package only through the registry
 (`train.experiments`), by the names in `SPEC`.
 """

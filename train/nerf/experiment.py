@@ -4,7 +4,8 @@ What it adds to the loop skeleton (`train.loop`):
 
 * data: a Blender-format scene (`train.nerf.data.blender`), an instant-ngp / nerfstudio
   `transforms.json` (`train.nerf.data.ngp`) or a project scene (`data.scene`, generated into
-  `data.path` on first use: `ensure_scene`); every training pixel's ray precomputed;
+  `data.path` on first use: `train.nerf.scene_path.ensure_scene`); every training pixel's
+  ray precomputed;
 * batch: `train.batch_size` rays drawn uniformly from all training pixels;
 * loss: MSE of the rendered colour, plus `train.tv_weight` x total variation of the density
   and the losses of `train.nerf.model.losses` (DirectVoxGO's `nerf.sample_color_weight` and
@@ -18,7 +19,6 @@ What it adds to the loop skeleton (`train.loop`):
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,14 @@ from grid import MaskedAdam, MultiresGrid, VoxelGrid
 
 from ..config import Config
 from ..distributed import SINGLE, World
-from ..errors import ConfigError, InputFileError, writing
+from ..errors import InputFileError
 from ..experiment import Experiment
 from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
 from ..multires_config import NGP_BETAS, NGP_EPS, encoding_options
 from ..schema import as_resolution
 from ..step_graph import use_graphs
-from .config import graph_problem, scene_args
+from .config import graph_problem
 from .data.rays import TrainingRays
 from .evaluation import background_errors, background_metrics, seconds_to
 from .model.appearance import color_correct, make_appearance
@@ -45,6 +45,7 @@ from .model.fit_box import box_resolution, surface_box
 from .model.losses import auxiliary_losses
 from .model.multires_fields import MultiresDensity
 from .model.voxel_nerf import VoxelNeRF, capacity_key
+from .scene_path import ensure_scene_once
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
 
@@ -80,61 +81,6 @@ def make_model(
         multires=encoding_options(config.multires),
         **options,
     )
-
-
-def ensure_scene(config: Config, device: torch.device) -> Path:
-    """`data.path`; with `data.generate`, first (re)generate the scene `data.scene` there
-    when its scene.json does not match `data.scene*` or the generator's version."""
-    from .scenes import generate as nerf_scene
-
-    d = config.data
-    path = Path(d.path).expanduser()
-    if not d.generate:
-        if not nerf_scene.holds_capture(path):
-            problem = "holds no capture" if path.is_dir() else "no such directory"
-            raise InputFileError(path, f"{problem}: {nerf_scene.LOOKED_FOR}", key="data.path")
-        return path
-    wanted = nerf_scene.scene_metadata(
-        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
-    )
-    found = nerf_scene.read_scene_metadata(path)
-    if found != wanted and (found is not None or not path.exists()):  # else refused below
-        print(
-            f"generating the {d.scene} scene"
-            + (f" (variant {d.scene_variant})" if d.scene_variant else "")
-            + f" in {path} ({d.scene_size}x{d.scene_size}, "
-            f"{d.scene_train_views} training views, seed {d.scene_seed}) on {device}",
-            file=sys.stderr,
-            flush=True,
-        )
-    with writing(path, key="data.path"):  # a full disk: one line; the generator cleans up
-        try:
-            return nerf_scene.ensure_scene(
-                path,
-                size=d.scene_size,
-                n_train=d.scene_train_views,
-                n_test=d.scene_test_views,
-                seed=d.scene_seed,
-                device=str(device),
-                **scene_args(d),  # a scan scene's bad mesh: a ConfigError naming the key
-            )
-        except FileExistsError as error:  # data.path holds something else: never replaced
-            raise ConfigError(
-                f"data.path: {error}; generate into a new folder, or read it: data.generate = false"
-            ) from None
-
-
-def ensure_scene_once(config: Config, device: torch.device, world: World) -> Path:
-    """`ensure_scene` on rank 0 first (it may write the scene), then on the other ranks,
-    which then find it in place; an error on rank 0 stops every rank."""
-    error, path = None, None
-    if world.is_main:
-        try:
-            path = ensure_scene(config, device)
-        except ConfigError as caught:
-            error = caught
-    world.agree(error)
-    return path if path is not None else ensure_scene(config, device)
 
 
 class NerfExperiment(Experiment):

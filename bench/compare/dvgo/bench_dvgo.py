@@ -71,7 +71,7 @@ from train.errors import ConfigError  # noqa: E402
 from train.loop import run, select_device  # noqa: E402
 from train.metrics import psnr, ssim  # noqa: E402
 from train.nerf.data.blender import load_blender  # noqa: E402
-from train.nerf.experiment import ensure_scene  # noqa: E402
+from train.nerf.scene_path import ensure_scene  # noqa: E402
 
 DEFAULT_RATE = 165.0  # ours on an H100: nerf_realistic_gpu.toml, 36000 steps in 214.9 s
 

@@ -83,7 +83,7 @@ from bench.harness import ROOT, nerf_run_meta  # noqa: E402
 from train.config import load_config  # noqa: E402
 from train.errors import ConfigError  # noqa: E402
 from train.loop import select_device  # noqa: E402
-from train.nerf.experiment import ensure_scene  # noqa: E402
+from train.nerf.scene_path import ensure_scene  # noqa: E402
 
 # A guess, not a measurement: the unbounded scene ran 136 steps/s on an H100 at 128^3 with a
 # 32-wide MLP and 1-voxel steps (bench/NOTES.md U1); this config's grids and MLP are larger.

@@ -53,7 +53,7 @@ from train.config import load_config  # noqa: E402
 from train.errors import ConfigError  # noqa: E402
 from train.metrics import psnr  # noqa: E402
 from train.nerf.data.blender import camera_rays, load_blender  # noqa: E402
-from train.nerf.experiment import ensure_scene  # noqa: E402
+from train.nerf.scene_path import ensure_scene  # noqa: E402
 
 GiB = 2**30
 TARGET_RATIO, PSNR_TOLERANCE = 1.5, 0.1

@@ -13,7 +13,7 @@ import torch
 
 from train.config import load_config
 from train.errors import ConfigError
-from train.nerf.experiment import ensure_scene as ensure_config_scene
+from train.nerf.scene_path import ensure_scene as ensure_config_scene
 from train.nerf.scenes import generate, realistic_shapes, scan, scan_mesh
 from train.nerf.scenes.generate import (
     _to_png_bytes,

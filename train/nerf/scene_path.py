@@ -1,0 +1,72 @@
+"""The capture at `data.path`: read as it is, or with `data.generate` the project scene
+`data.scene` (re)generated there first, once for every rank of a run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError, InputFileError, writing
+from .config import scene_args
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..config import Config
+    from ..distributed import World
+
+
+def ensure_scene(config: Config, device: torch.device) -> Path:
+    """`data.path`; with `data.generate`, first (re)generate the scene `data.scene` there
+    when its scene.json does not match `data.scene*` or the generator's version."""
+    from .scenes import generate as nerf_scene
+
+    d = config.data
+    path = Path(d.path).expanduser()
+    if not d.generate:
+        if not nerf_scene.holds_capture(path):
+            problem = "holds no capture" if path.is_dir() else "no such directory"
+            raise InputFileError(path, f"{problem}: {nerf_scene.LOOKED_FOR}", key="data.path")
+        return path
+    wanted = nerf_scene.scene_metadata(
+        d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
+    )
+    found = nerf_scene.read_scene_metadata(path)
+    if found != wanted and (found is not None or not path.exists()):  # else refused below
+        print(
+            f"generating the {d.scene} scene"
+            + (f" (variant {d.scene_variant})" if d.scene_variant else "")
+            + f" in {path} ({d.scene_size}x{d.scene_size}, "
+            f"{d.scene_train_views} training views, seed {d.scene_seed}) on {device}",
+            file=sys.stderr,
+            flush=True,
+        )
+    with writing(path, key="data.path"):  # a full disk: one line; the generator cleans up
+        try:
+            return nerf_scene.ensure_scene(
+                path,
+                size=d.scene_size,
+                n_train=d.scene_train_views,
+                n_test=d.scene_test_views,
+                seed=d.scene_seed,
+                device=str(device),
+                **scene_args(d),  # a scan scene's bad mesh: a ConfigError naming the key
+            )
+        except FileExistsError as error:  # data.path holds something else: never replaced
+            raise ConfigError(
+                f"data.path: {error}; generate into a new folder, or read it: data.generate = false"
+            ) from None
+
+
+def ensure_scene_once(config: Config, device: torch.device, world: World) -> Path:
+    """`ensure_scene` on rank 0 first (it may write the scene), then on the other ranks,
+    which then find it in place; an error on rank 0 stops every rank."""
+    error, path = None, None
+    if world.is_main:
+        try:
+            path = ensure_scene(config, device)
+        except ConfigError as caught:
+            error = caught
+    world.agree(error)
+    return path if path is not None else ensure_scene(config, device)
