@@ -221,10 +221,15 @@ class MultiresGrid(nn.Module):
     The table is one dense `nn.Parameter` whose rows that no point touched get an exact
     zero gradient, so `grid.MaskedAdam` updates only the touched rows.
 
+    Coarse to fine: `set_active_levels(k)` zeroes the features of levels k..L-1 (and so
+    their table's gradients) until it is called again with a larger k, as Neuralangelo
+    switches levels on during training; all L are active by default.
+
     Attributes:
         table: `nn.Parameter` `[L, T, F]`.
         bounds: buffer `[2, 3]` (float32; float64 for a float64 table).
         resolutions: the L cells-per-axis counts.
+        active_levels: how many of the coarsest levels give features (the others give 0).
 
     Examples:
         >>> import torch
@@ -280,6 +285,22 @@ class MultiresGrid(nn.Module):
         self.reset_parameters()
         bounds_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         self.register_buffer("bounds", torch.tensor([lo, hi], dtype=bounds_dtype, device=device))
+        # [L F]: 1 for the features of an active level, 0 above (updated in place, so a
+        # captured CUDA graph that multiplies by it follows `set_active_levels`)
+        ones = torch.ones(levels * features, dtype=dtype, device=device)
+        self.register_buffer("level_mask", ones, persistent=False)
+        self.active_levels = levels
+
+    @torch.no_grad()
+    def set_active_levels(self, count: int) -> None:
+        """Only the `count` coarsest levels give features from now on (1 <= count <= L);
+        the others give zeros, and their rows of the table get zero gradients."""
+        L, _, F = self.table.shape
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= L:
+            raise ValueError(f"count: expected an integer in [1, {L}] (the levels), got {count!r}")
+        self.level_mask[: count * F] = 1
+        self.level_mask[count * F :] = 0
+        self.active_levels = count
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -383,4 +404,7 @@ class MultiresGrid(nn.Module):
         table and the points."""
         if xyz.dim() < 1 or xyz.shape[-1] != 3:
             raise ValueError(f"xyz: expected shape [..., 3], got {list(xyz.shape)}")
-        return multires(self.table, self.normalize(xyz), self.resolutions)
+        out = multires(self.table, self.normalize(xyz), self.resolutions)
+        if self.active_levels == self.table.shape[0]:
+            return out
+        return out * self.level_mask

@@ -26,6 +26,7 @@ MAX_LOG2_TABLE_SIZE = 30
 
 @dataclass
 class MultiresConfig:
+    STEP_KEYS = ("level_every",)  # counted in steps: train.short_runs scales it
     levels: int = doc(
         "Multiresolution encoding (`grid.MultiresGrid`: nerf.density_encoding, "
         "nerf.color_encoding or sdf.encoding = `multires`): L, its levels, each finer than "
@@ -53,6 +54,24 @@ class MultiresConfig:
         "sdf), decaying as the experiment's other learning rates do.",
         0.01,
     )
+    start_levels: int = doc(
+        "Multiresolution encoding, coarse to fine: levels that give features from the first "
+        "step (the coarsest ones; the finer give zeros), one more every `level_every` steps "
+        "until all do (grid.MultiresGrid.set_active_levels); 0: all levels from the start.",
+        0,
+    )
+    level_every: int = doc(
+        "Multiresolution encoding, with start_levels > 0: steps between one level switched "
+        "on and the next.",
+        500,
+    )
+
+
+def active_levels(m: MultiresConfig, step: int) -> int:
+    """How many levels give features at `step` (`start_levels`, `level_every`)."""
+    if m.start_levels == 0:
+        return m.levels
+    return min(m.levels, m.start_levels + step // m.level_every)
 
 
 def growth_factor(m: MultiresConfig) -> float:
@@ -113,6 +132,13 @@ def validate_multires(m: MultiresConfig) -> None:
             f"{m.finest_resolution}"
         )
     positive(m.lr, "multires.lr")
+    if not 0 <= m.start_levels <= m.levels:
+        raise ConfigError(
+            f"multires.start_levels: expected an integer in [0, multires.levels = {m.levels}] "
+            f"(0: every level from the start), got {m.start_levels}"
+        )
+    if m.level_every < 1:
+        raise ConfigError(f"multires.level_every: expected an integer >= 1, got {m.level_every}")
 
 
 def table_need(m: MultiresConfig, what: str) -> Need:

@@ -438,3 +438,26 @@ def test_module_bad_arguments(kwargs, message):
 def test_module_rejects_bad_points():
     with pytest.raises(ValueError, match=r"xyz: expected shape \[\.\.\., 3\]"):
         grid.MultiresGrid(levels=1, table_size=8, base_resolution=1)(torch.zeros(4, 2))
+
+
+def test_set_active_levels_zeroes_the_finer_levels_and_their_gradients():
+    """MultiresGrid.set_active_levels(k): levels >= k give 0 and get no gradient; the k
+    coarsest give what they gave with all levels on; bad counts name the argument."""
+    torch.manual_seed(0)
+    enc = grid.MultiresGrid(
+        levels=5, features=3, table_size=2**9, base_resolution=3, growth_factor=1.7
+    )
+    enc.table.data.uniform_(-1, 1)
+    points = torch.rand(64, 3) * 2 - 1
+    full = enc(points)
+    enc.set_active_levels(2)
+    part = enc(points)
+    torch.testing.assert_close(part[:, :6], full[:, :6], rtol=0, atol=0)
+    assert part[:, 6:].abs().sum() == 0 and full[:, 6:].abs().sum() > 0
+    (part * torch.randn_like(part)).sum().backward()
+    assert enc.table.grad[:2].abs().sum() > 0 and enc.table.grad[2:].abs().sum() == 0
+    enc.set_active_levels(5)
+    torch.testing.assert_close(enc(points), full, rtol=0, atol=0)
+    for bad in (0, 6, 2.0, True):
+        with pytest.raises(ValueError, match=r"^count: expected an integer in \[1, 5\]"):
+            enc.set_active_levels(bad)

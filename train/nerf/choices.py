@@ -16,3 +16,5 @@ MLP_DTYPES = ("float32", "bfloat16")
 #: Values of `nerf.density_encoding` and `nerf.color_encoding`: a dense `VoxelGrid`, or a
 #: `grid.MultiresGrid` read through an MLP (`model.multires_fields`).
 ENCODINGS = ("dense", "multires")
+#: Values of `nerf.density_activation`: raw density -> density (`model.VoxelNeRF.activate`).
+ACTIVATIONS = ("softplus", "exp")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError
 from ..multires_config import validate_multires
 from ..schema import doc, positive
-from .choices import CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
+from .choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -126,6 +126,12 @@ class NerfConfig:
         False,
     )
     alpha_init: float = doc("nerf: alpha of an untrained voxel (sets the density shift).", 0.01)
+    density_activation: str = doc(
+        "nerf: raw density -> density: `softplus` (DirectVoxGO's, softplus(raw + shift)) or "
+        "`exp` (instant-ngp's truncated exponential, exp(raw + shift) with its gradient's "
+        "exponent capped at 15); either gives alpha_init at raw = 0.",
+        "softplus",
+    )
     occupancy_threshold: float = doc(
         "nerf: empty-space skipping, voxels whose alpha (and neighbours') is below this are "
         "skipped.",
@@ -171,6 +177,11 @@ class NerfConfig:
     lr_density: float = doc("nerf: Adam learning rate of the density grid.", 0.1)
     lr_color: float = doc("nerf: Adam learning rate of the colour grid.", 0.1)
     lr_mlp: float = doc("nerf: Adam learning rate of the colour MLP.", 0.001)
+    mlp_weight_decay: float = doc(
+        "nerf: L2 weight decay of the MLPs (the colour MLP and a multires density's; "
+        "instant-ngp: 1e-6), added to their gradients as torch.optim.Adam's weight_decay.",
+        0.0,
+    )
     lr_decay: float = doc(
         "nerf: every learning rate is multiplied by this at the last step (exponential; "
         "or at nerf.lr_decay_steps, if that is earlier).",
@@ -301,6 +312,12 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("step_ratio", "lr_density", "lr_color", "lr_mlp", "lr_decay"):
         positive(getattr(n, key), f"nerf.{key}")
     positive(n.shift_decay, "nerf.shift_decay", zero=True)
+    positive(n.mlp_weight_decay, "nerf.mlp_weight_decay", zero=True)
+    if n.density_activation not in ACTIVATIONS:
+        expected = ", ".join(ACTIVATIONS)
+        raise ConfigError(
+            f"nerf.density_activation: expected one of {expected}, got {n.density_activation!r}"
+        )
     if n.mlp_dtype not in MLP_DTYPES:
         raise ConfigError(
             f"nerf.mlp_dtype: expected one of {', '.join(MLP_DTYPES)}, got {n.mlp_dtype!r}"

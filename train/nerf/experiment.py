@@ -34,7 +34,7 @@ from ..errors import InputFileError
 from ..experiment import Experiment
 from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
-from ..multires_config import NGP_BETAS, NGP_EPS, encoding_options
+from ..multires_config import NGP_BETAS, NGP_EPS, active_levels, encoding_options
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .config import graph_problem
@@ -68,6 +68,7 @@ def make_model(
     """The VoxelNeRF of `config.nerf` at `resolution`, sampling every `nerf.step_ratio`
     voxels of the `final` grid, on `backend` ("native" or "grid_sample")."""
     keys = ("color_features", "hidden", "view_frequencies", "step_ratio", "alpha_init")
+    keys += ("density_activation",)
     keys += ("occupancy_threshold", "weight_threshold", "mlp_dtype", "renderer")
     keys += ("contraction", "far", "outer_samples")
     keys += ("density_encoding", "color_encoding", "density_hidden", "geometry_features")
@@ -163,10 +164,11 @@ class NerfExperiment(Experiment):
             return {"params": params, "lr": rate, "base_lr": rate, **options}
 
         ngp = {"betas": NGP_BETAS, "eps": NGP_EPS}
+        decay = {"weight_decay": n.mlp_weight_decay}
         groups, grids = [], []
         if isinstance(m.density, MultiresDensity):
             groups += [group([m.density.encoding.table], lr, **ngp)]
-            groups += [group(list(m.density.decoder.parameters()), lr, **ngp)]
+            groups += [group(list(m.density.decoder.parameters()), lr, **ngp, **decay)]
             grids += [True, False]
         else:
             groups += [group([m.density.features], n.lr_density)]
@@ -177,7 +179,7 @@ class NerfExperiment(Experiment):
         elif m.color is not None:
             groups += [group([m.color.features], n.lr_color)]
             grids += [True]
-        groups += [group(list(m.mlp.parameters()), n.lr_mlp)]
+        groups += [group(list(m.mlp.parameters()), n.lr_mlp, **decay)]
         grids += [False]
         if self.appearance is not None:
             groups += [self.appearance.group(n.lr_appearance)]
@@ -222,10 +224,20 @@ class NerfExperiment(Experiment):
                 group["lr"].fill_(group["base_lr"] * factor)
             else:
                 group["lr"] = group["base_lr"] * factor
+        for encoding in self.encodings():  # coarse to fine (multires.start_levels)
+            count = active_levels(self.config.multires, step)
+            if encoding.active_levels != count:
+                encoding.set_active_levels(count)
         n = self.config.nerf
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             shrink_only = 0 < n.occupancy_grow_until <= step
             self.occupied = self.model.update_occupancy(shrink_only=shrink_only)
+
+    def encodings(self) -> list[MultiresGrid]:
+        """The model's multires grids (the density's, the colour's)."""
+        m = self.model
+        found = [m.density.encoding] if isinstance(m.density, MultiresDensity) else []
+        return found + ([m.color] if isinstance(m.color, MultiresGrid) else [])
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
         """To the next stage of the schedule; with `nerf.fit_box`, the first one also moves

@@ -116,9 +116,8 @@ def load_model(
 
 def raw_level(model: VoxelNeRF, level: float) -> float:
     """The raw density where alpha over the model's sample step is `level`:
-    softplus(raw + shift) * interval = -log(1 - level)."""
-    sigma = -math.log1p(-level) / model.interval()
-    return sigma + math.log(-math.expm1(-sigma)) - model.shift  # softplus^-1(sigma) - shift
+    activate(raw) * interval = -log(1 - level)."""
+    return model.raw_for(-math.log1p(-level) / model.interval())
 
 
 def density_mesh(model: VoxelNeRF, level: float, resolution: int | None = None):

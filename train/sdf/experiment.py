@@ -44,6 +44,7 @@ from ..experiment import Experiment
 from ..grid_schedule import GridSchedule, learning_rate, make_optimizer, uniform_points
 from ..mesh.triangles import Mesh, write_ply
 from ..metrics import LaggedValues
+from ..multires_config import active_levels
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .denoise import project_to_surfaces
@@ -358,6 +359,9 @@ class SdfExperiment(GridSchedule, Experiment):
         self.step = step  # what evaluate() caches on
         if self.multires:
             set_group_rates(self.optimizer, self.group_rates(step))
+            count = active_levels(self.config.multires, step)  # coarse to fine
+            if self.model.encoding.active_levels != count:
+                self.model.encoding.set_active_levels(count)
         else:
             super().begin_step(step)
 

@@ -202,12 +202,82 @@ def test_dense_density_with_its_own_multires_colour(scene):
         (["multires.lr=0"], "multires.lr"),
         (["multires.lr=fast"], "multires.lr"),
         (["nerf.density_encoding=multires", "train.tv_weight=1e-5"], "train.tv_weight"),
+        (["multires.start_levels=17"], "multires.start_levels"),
+        (["multires.start_levels=-1"], "multires.start_levels"),
+        (["multires.start_levels=2", "multires.level_every=0"], "multires.level_every"),
+        (["nerf.density_activation=relu"], "nerf.density_activation"),
+        (["nerf.mlp_weight_decay=-1e-6"], "nerf.mlp_weight_decay"),
     ],
 )
 def test_bad_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as error:
         load_config(None, ["experiment=nerf", *overrides])
     assert str(error.value).startswith(f"{key}: "), str(error.value)
+
+
+def test_levels_switch_on_coarse_to_fine(scene):
+    """multires.start_levels = 2, level_every = 5: two levels give features at step 0, one
+    more every 5 steps; the finer levels' rows get no gradient until theirs."""
+    exp = experiment(scene, *BOTH, "multires.start_levels=2", "multires.level_every=5")
+    encoding = exp.model.density.encoding
+    seen = []
+    for step in range(25):
+        exp.begin_step(step)
+        seen.append(encoding.active_levels)
+        loss, _ = exp.loss()
+        exp.optimizer.zero_grad()
+        loss.backward()
+        if step == 0:
+            grad = encoding.table.grad
+            assert grad[:2].abs().sum() > 0 and grad[2:].abs().sum() == 0
+        exp.optimizer.step()
+    assert seen == [min(6, 2 + s // 5) for s in range(25)]
+
+
+@pytest.mark.parametrize("density", ["dense", "multires"])
+def test_exp_activation_starts_at_alpha_init_and_exports(scene, tmp_path, density):
+    """nerf.density_activation = exp (instant-ngp's trunc_exp): an untrained field has
+    alpha_init over one final voxel, as softplus gives, and raw_for inverts it."""
+    extra = [f"nerf.density_encoding={density}", *SMALL_TABLE, "nerf.density_activation=exp"]
+    m = experiment(scene, *extra).model
+    raw = torch.zeros(5)
+    for activation in ("softplus", "exp"):
+        m.density_activation = activation
+        m.shift = make_shift(activation, 0.01)
+        alpha = -torch.expm1(-m.activate(raw))  # interval 1: one final voxel
+        torch.testing.assert_close(alpha, torch.full((5,), 0.01))
+        torch.testing.assert_close(m.activate(torch.tensor(m.raw_for(2.5))), torch.tensor(2.5))
+    out = tmp_path / "run"
+    extra += ["train.steps=30", "train.upsample_steps=[15]", "train.batch_size=256"]
+    assert main(["--out", str(out), *sets(*SHORT, f"data.path={scene}", *extra)]) == 0
+    assert export_main(["--out", str(out)]) == 0
+
+
+def make_shift(activation: str, alpha_init: float) -> float:
+    from train.nerf.model.voxel_nerf import VoxelNeRF
+
+    box = [[-1.0] * 3, [1.0] * 3]
+    return VoxelNeRF(box, 4, 4, alpha_init=alpha_init, density_activation=activation).shift
+
+
+def test_trunc_exp_caps_the_gradient_not_the_value():
+    from train.nerf.model.trunc_exp import trunc_exp
+
+    x = torch.tensor([-2.0, 0.0, 10.0, 20.0, 40.0], requires_grad=True)
+    y = trunc_exp(x)
+    torch.testing.assert_close(y, torch.exp(x.detach().clamp(max=30)))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.exp(x.detach().clamp(max=15)))
+    assert torch.isfinite(trunc_exp(torch.tensor([1e4]))).all()
+
+
+def test_mlp_weight_decay_reaches_the_mlp_groups_only(scene):
+    exp = experiment(scene, *BOTH, "nerf.mlp_weight_decay=1e-6")
+    m = exp.model
+    decays = {id(p): g["weight_decay"] for g in exp.optimizer.param_groups for p in g["params"]}
+    assert decays[id(m.density.encoding.table)] == 0
+    assert all(decays[id(p)] == 1e-6 for p in m.density.decoder.parameters())
+    assert all(decays[id(p)] == 1e-6 for p in m.mlp.parameters())
 
 
 def test_the_multires_table_is_read_by_nerf_alone():

@@ -6,7 +6,8 @@ An ordinary `nn.Module` you can copy into your own code (it needs only torch and
     rgb, depth, acc = model.render(origins, directions, background)  # [R, 3], [R], [R]
 
 * density: a `[X, Y, Z, 1]` grid, post-activation: interpolate the raw value, then
-  `sigma = softplus(raw + shift)`, `alpha = 1 - exp(-sigma * interval)`;
+  `sigma = softplus(raw + shift)` (or instant-ngp's `trunc_exp(raw + shift)` with
+  `density_activation="exp"`), `alpha = 1 - exp(-sigma * interval)`;
 * colour: a `[X, Y, Z, k]` feature grid (k about 12) and a small MLP that also reads the
   positionally encoded view direction, `rgb = sigmoid(mlp([features, PE(d)]))`;
 * rendering: samples at a fixed step (`step_ratio` voxels, default half a voxel) along each
@@ -58,7 +59,7 @@ from torch import Tensor, nn
 from grid import MultiresGrid, OccupancyGrid, VoxelGrid
 from grid.contraction import CONTRACTED_BOUNDS
 
-from ..choices import CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
+from ..choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
 from .capacity import SampleCapacity
 from .encoding import positional_encoding
 from .grids import make_grid, triple
@@ -66,6 +67,7 @@ from .linear import Linear
 from .multires_fields import MultiresDensity
 from .render import RgbFn, render_fused, render_torch
 from .render_contracted import render_contracted
+from .trunc_exp import trunc_exp
 
 
 def color_mlp(
@@ -99,6 +101,8 @@ class VoxelNeRF(nn.Module):
         view_frequencies: positional-encoding frequencies of the view direction.
         step_ratio: sample spacing along rays, in voxels of the current grid.
         alpha_init: alpha of an untrained voxel (sets the density shift).
+        density_activation: "softplus" (DirectVoxGO's) or "exp" (instant-ngp's truncated
+            exponential, `trunc_exp.trunc_exp`): raw density -> density (`activate`).
         occupancy_threshold: cells whose alpha (and whose neighbours') is below it are
             skipped once `update_occupancy` has run.
         weight_threshold: samples with compositing weight below it skip the colour.
@@ -140,6 +144,7 @@ class VoxelNeRF(nn.Module):
         view_frequencies: int = 4,
         step_ratio: float = 0.5,
         alpha_init: float = 1e-2,
+        density_activation: str = "softplus",
         occupancy_threshold: float = 1e-4,
         weight_threshold: float = 1e-4,
         mlp_dtype: str = "float32",
@@ -165,6 +170,11 @@ class VoxelNeRF(nn.Module):
         if "multires" in (density_encoding, color_encoding) and multires is None:
             raise ValueError(
                 "multires: required with a 'multires' encoding (MultiresGrid's arguments)"
+            )
+        if density_activation not in ACTIVATIONS:
+            expected = ", ".join(ACTIVATIONS)
+            raise ValueError(
+                f"density_activation: expected one of {expected}, got {density_activation!r}"
             )
         if contraction not in CONTRACTIONS:
             expected = ", ".join(CONTRACTIONS)
@@ -212,7 +222,11 @@ class VoxelNeRF(nn.Module):
         self.view_frequencies = view_frequencies
         self.mlp = color_mlp(color_in, view_frequencies, hidden, device)
         self.step_ratio = step_ratio
-        self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
+        # the shift puts an untrained field (raw 0) at alpha_init over one final voxel
+        self.density_activation = density_activation
+        self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)  # softplus(shift) = -log(1 - a)
+        if density_activation == "exp":
+            self.shift = math.log(-math.log1p(-alpha_init))
         self.final_voxel = mean_spacing(self.bounds_list, final)
         self.occupancy_threshold = occupancy_threshold
         self.weight_threshold = weight_threshold
@@ -267,10 +281,23 @@ class VoxelNeRF(nn.Module):
 
     # ---- fields ---------------------------------------------------------------------------
 
+    def activate(self, raw: Tensor) -> Tensor:
+        """Raw density [...] -> density [...]: softplus(raw + shift), or trunc_exp(raw +
+        shift) with density_activation "exp"."""
+        if self.density_activation == "exp":
+            return trunc_exp(raw + self.shift)
+        return F.softplus(raw + self.shift)
+
+    def raw_for(self, sigma: float) -> float:
+        """The raw density whose density is `sigma` > 0 (`activate`'s inverse)."""
+        if self.density_activation == "exp":
+            return math.log(sigma) - self.shift
+        return sigma + math.log(-math.expm1(-sigma)) - self.shift  # softplus^-1(sigma) - shift
+
     def sigma(self, points: Tensor) -> Tensor:
-        """points: [S, 3] -> density [S] (post-activation: `softplus(raw + shift)`); the
-        renderers' `sigma_fn`."""
-        return F.softplus(self.density(points)[..., 0] + self.shift)
+        """points: [S, 3] -> density [S] (post-activation: `activate(raw)`); the renderers'
+        `sigma_fn`."""
+        return self.activate(self.density(points)[..., 0])
 
     def alpha(self, points: Tensor, interval: float) -> Tensor:
         """points: [S, 3] -> alpha [S] over a step of `interval` (voxels of the final grid)."""
@@ -317,7 +344,7 @@ class VoxelNeRF(nn.Module):
         or a neighbour has alpha >= occupancy_threshold (and, with `shrink_only`, it was
         occupied before; see `OccupancyGrid.update`). Returns the occupied fraction."""
         raw = self.density_values()  # [X, Y, Z]
-        alpha = -torch.expm1(-F.softplus(raw + self.shift) * self.interval())
+        alpha = -torch.expm1(-self.activate(raw) * self.interval())
         return self.occupancy_grid.update(alpha, self.occupancy_threshold, shrink_only=shrink_only)
 
     def density_values(self) -> Tensor:
