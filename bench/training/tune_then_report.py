@@ -4,11 +4,12 @@ one host's GPUs (bench/training/scenes_pool.py pools, bench/training/bench_scene
     python bench/training/tune_then_report.py --meshes DIR --dvgo DIR
         --candidate "LABEL[@CONFIG]: KEY=VALUE ..." [--candidate ...]
         [--tune-scenes a,b] [--report-scenes c,d] [--report-run "LABEL[@CONFIG]: ..."]...
-        [--scale 2,4] [--dvgo-gpus K] [--work DIR]
+        [--scale 2,4] [--dvgo-gpus K] [--tune-per-gpu K] [--work DIR]
 
 1. At once, on the first K GPUs (--dvgo-gpus, default all but one): the held-out scenes
    generated and DirectVoxGO trained on each (pool `report`); on the other GPUs: every
-   --candidate on every tuning scene, without DirectVoxGO (pool `tune`).
+   --candidate on every tuning scene, without DirectVoxGO (pool `tune`; --tune-per-gpu K
+   runs K at once on each of its GPUs: equal steps compare, their seconds are shared).
 2. The rule, fixed before any number is seen: the candidate with the highest mean test PSNR
    over the tuning scenes wins (the first listed on a tie). It is written to
    WORK/choice.json with every candidate's means.
@@ -110,6 +111,7 @@ def parse_args(argv=None):
     parser.add_argument("--scale", default="2,4", help="multiples of the winner's steps")
     parser.add_argument("--gpus", type=int, default=None, help="default: every GPU")
     parser.add_argument("--dvgo-gpus", type=int, default=None, help="default: all but one")
+    parser.add_argument("--tune-per-gpu", type=int, default=1, help="tuning jobs at once a GPU")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "tune_report")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
     return parser.parse_args(argv)
@@ -147,6 +149,7 @@ def main(argv=None) -> int:
     held_args = ["--scenes", ",".join(report)]
     held = pool(args, "report", ids[:dvgo_gpus], held_args)
     runs = [a for c in args.candidate for a in ("--run", c)]
+    runs += ["--per-gpu", str(args.tune_per_gpu)]
     tuning = pool(args, "tune", ids[dvgo_gpus:], ["--scenes", ",".join(tune), "--no-dvgo", *runs])
     status = tuning.wait()
     say(args.work, f"tuning pool exited {status}")
