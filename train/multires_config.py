@@ -54,22 +54,22 @@ class MultiresConfig:
         "sdf), decaying as the experiment's other learning rates do.",
         0.01,
     )
-    start_levels: int = doc(
-        "Multiresolution encoding, coarse to fine: levels that give features from the first "
-        "step (the coarsest ones; the finer give zeros), one more every `level_every` steps "
-        "until all do (grid.MultiresGrid.set_active_levels); 0: all levels from the start.",
+    level_every: int = doc(
+        "Multiresolution encoding, coarse to fine: steps between one level switched on and "
+        "the next (grid.MultiresGrid.set_active_levels: the finer levels give zeros until "
+        "then), from `start_levels` at the first step; 0: every level from the start.",
         0,
     )
-    level_every: int = doc(
-        "Multiresolution encoding, with start_levels > 0: steps between one level switched "
-        "on and the next.",
-        500,
+    start_levels: int = doc(
+        "Multiresolution encoding, with level_every > 0: the levels (the coarsest ones) that "
+        "give features from the first step, in [1, levels].",
+        1,
     )
 
 
 def active_levels(m: MultiresConfig, step: int) -> int:
-    """How many levels give features at `step` (`start_levels`, `level_every`)."""
-    if m.start_levels == 0:
+    """How many levels give features at `step` (`level_every`, `start_levels`)."""
+    if m.level_every == 0:
         return m.levels
     return min(m.levels, m.start_levels + step // m.level_every)
 
@@ -132,13 +132,16 @@ def validate_multires(m: MultiresConfig) -> None:
             f"{m.finest_resolution}"
         )
     positive(m.lr, "multires.lr")
-    if not 0 <= m.start_levels <= m.levels:
+    if m.level_every < 0:
         raise ConfigError(
-            f"multires.start_levels: expected an integer in [0, multires.levels = {m.levels}] "
-            f"(0: every level from the start), got {m.start_levels}"
+            f"multires.level_every: expected an integer >= 0 (0: every level from the start), "
+            f"got {m.level_every}"
         )
-    if m.level_every < 1:
-        raise ConfigError(f"multires.level_every: expected an integer >= 1, got {m.level_every}")
+    if not 1 <= m.start_levels <= m.levels:
+        raise ConfigError(
+            f"multires.start_levels: expected an integer in [1, multires.levels = {m.levels}], "
+            f"got {m.start_levels}"
+        )
 
 
 def table_need(m: MultiresConfig, what: str) -> Need:

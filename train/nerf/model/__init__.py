@@ -2,6 +2,7 @@
 renderers, its losses, per-image appearance and the box it fits.
 
 Modules: `voxel_nerf` (`VoxelNeRF`: the field, its `sigma_fn` and `rgb_fn`, coarse to fine),
+`trunc_exp` (instant-ngp's density activation),
 `grids` (the two grid backends: `VoxelGrid` or DirectVoxGO's `ChannelsFirstGrid`),
 `multires_fields` (`MultiresDensity`: the density MLP over a `grid.MultiresGrid`, for
 `nerf.density_encoding = "multires"`), `render` (`render_torch`, `render_fused`: bounded
@@ -9,14 +10,14 @@ scenes), `render_contracted` (unbounded scenes), `capacity` (the fused renderer'
 buffer sizes), `encoding` (the view direction's positional encoding), `linear` (the colour
 MLP's layer), `losses` (DirectVoxGO's auxiliary losses, view consistency), `appearance`
 (per-image colour transforms), `fit_box` (the box the grids move onto). How a ray's samples
-are coloured: `VoxelNeRF.rgb_fn` and `shade`.
+are coloured: `VoxelNeRF.fields` and `shade`.
 
-Floors, lowest first: `encoding`, `linear`, `capacity` -> `render` -> `render_contracted`,
-`grids` -> `multires_fields` -> `voxel_nerf` -> `fit_box`, `losses`. A renderer reads no
-model: the model hands it functions (`sigma_fn`, `rgb_fn`) and plain values. This package
-imports `grid`, torch, `train.nerf.choices` and, for annotations only, `train.nerf.config`;
-never the data, the scenes, the capture tools or the experiment. The experiment, `export`
-and `view` import it.
+Floors, lowest first: `encoding`, `linear`, `capacity`, `trunc_exp` -> `render` ->
+`render_contracted`, `grids` -> `multires_fields` -> `voxel_nerf` -> `fit_box`, `losses`. A
+renderer reads no model: the model hands it functions (`sigma_fn`, `rgb_fn`) and plain
+values. This package imports `grid`, torch, `train.nerf.choices` and, for annotations only,
+`train.nerf.config`; never the data, the scenes, the capture tools or the experiment. The
+experiment, `export` and `view` import it.
 """
 
 from .appearance import Appearance, color_correct, make_appearance
