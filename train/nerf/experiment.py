@@ -224,8 +224,8 @@ class NerfExperiment(Experiment):
                 group["lr"].fill_(group["base_lr"] * factor)
             else:
                 group["lr"] = group["base_lr"] * factor
-        for encoding in self.encodings():  # coarse to fine (multires.start_levels)
-            count = active_levels(self.config.multires, step)
+        count = active_levels(self.config.multires, step)  # coarse to fine (multires.level_every)
+        for encoding in self.encodings():
             if encoding.active_levels != count:
                 encoding.set_active_levels(count)
         n = self.config.nerf
