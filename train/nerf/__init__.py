@@ -2,9 +2,10 @@
 
 What lives where (each subpackage's own docstring says more):
 
-* here, the experiment: `config` (the `[data]` and `[nerf]` tables; it also reads
-  `[multires]`, `train.multires_config`), `memory` (what a run allocates, checked before it
-  starts), `choices` (the names their options choose from, shared with the model),
+* here, the experiment: `config` (the `[nerf]` table and a whole config's checks; it also
+  reads `[multires]`, `train.multires_config`), `data_config` (the `[data]` table), `memory`
+  (what a run allocates, checked before it starts), `choices` (the names their options
+  choose from, shared with the model), `optimizer` (parameter groups, Adam, decay),
   `scene_path` (the capture at `data.path`, generated there when asked), `experiment`
   (`NerfExperiment`, the loop's hooks), `evaluation` (floaters, time to a PSNR), `pictures`
   (test_views.png, curves.png, turntable.gif), `export` (the density's level set as a mesh,
@@ -19,9 +20,9 @@ What lives where (each subpackage's own docstring says more):
   a box from the cameras (`python -m train.nerf.capture.bounds`).
 
 Floors, lowest first (a module imports only from floors below its own): `data`, `choices`,
-`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `config`, `memory` ->
-`scene_path`, `model` (which reads `config` for annotations only) -> `pictures` ->
-`experiment` -> `export` -> `view`.
+`evaluation` -> `scenes` (and `train.mesh`), `capture` -> `data_config` -> `config`, `memory` ->
+`scene_path`, `model` (which reads `config` for annotations only) -> `optimizer`,
+`pictures` -> `experiment` -> `export` -> `view`.
 Shared code of `train` imports this package only through the registry
 (`train.experiments`), by the names in `SPEC`.
 """
@@ -33,7 +34,8 @@ from typing import TYPE_CHECKING
 from ..dependencies import INSTALL_TRAIN, require
 from ..multires_config import MultiresConfig
 from ..schema import ExperimentSpec
-from .config import DataConfig, NerfConfig, validate
+from .config import NerfConfig, validate
+from .data_config import DataConfig
 from .memory import memory
 
 if TYPE_CHECKING:

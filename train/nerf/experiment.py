@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from grid import MaskedAdam, MultiresGrid, VoxelGrid
+from grid import VoxelGrid
 
 from ..config import Config
 from ..distributed import SINGLE, World
@@ -34,7 +34,7 @@ from ..errors import InputFileError
 from ..experiment import Experiment
 from ..grid_schedule import fit_optimizer
 from ..metrics import psnr, ssim
-from ..multires_config import NGP_BETAS, NGP_EPS, active_levels, encoding_options
+from ..multires_config import encoding_options
 from ..schema import as_resolution
 from ..step_graph import use_graphs
 from .config import graph_problem
@@ -43,8 +43,8 @@ from .evaluation import background_errors, background_metrics, seconds_to
 from .model.appearance import color_correct, make_appearance
 from .model.fit_box import box_resolution, surface_box
 from .model.losses import auxiliary_losses
-from .model.multires_fields import MultiresDensity
 from .model.voxel_nerf import VoxelNeRF, capacity_key
+from .optimizer import lr_factor, make_optimizer, set_levels
 from .scene_path import ensure_scene_once
 
 SSIM_WINDOW = 11  # the side of `train.metrics.ssim`'s window
@@ -152,92 +152,33 @@ class NerfExperiment(Experiment):
 
     # ---- optimisation ---------------------------------------------------------------------
 
-    def param_groups(self) -> tuple[list[dict], list[bool]]:
-        """The optimiser's parameter groups, in order: the density (grid, or multires table
-        and its MLP), the colour (grid, or multires table; none when the colour reads the
-        density's geometry features), the colour MLP, the appearance codes; and for each
-        whether it is a grid or table (`nerf.optimizer = "masked_adam"` masks those). The
-        multires groups take instant-ngp's Adam (`multires.lr`, betas (0.9, 0.99), eps 1e-15)."""
-        n, m, lr = self.config.nerf, self.model, self.config.multires.lr
-
-        def group(params: list, rate: float, **options) -> dict:
-            return {"params": params, "lr": rate, "base_lr": rate, **options}
-
-        ngp = {"betas": NGP_BETAS, "eps": NGP_EPS}
-        decay = {"weight_decay": n.mlp_weight_decay}
-        groups, grids = [], []
-        if isinstance(m.density, MultiresDensity):
-            groups += [group([m.density.encoding.table], lr, **ngp)]
-            groups += [group(list(m.density.decoder.parameters()), lr, **ngp, **decay)]
-            grids += [True, False]
-        else:
-            groups += [group([m.density.features], n.lr_density)]
-            grids += [True]
-        if isinstance(m.color, MultiresGrid):
-            groups += [group([m.color.table], lr, **ngp)]
-            grids += [True]
-        elif m.color is not None:
-            groups += [group([m.color.features], n.lr_color)]
-            grids += [True]
-        groups += [group(list(m.mlp.parameters()), n.lr_mlp, **decay)]
-        grids += [False]
-        if self.appearance is not None:
-            groups += [self.appearance.group(n.lr_appearance)]
-            grids += [False]
-        return groups, grids
-
     def make_optimizer(self) -> torch.optim.Optimizer:
-        n = self.config.nerf
-        groups, grids = self.param_groups()
-        betas = tuple(self.config.train.betas)
-        if self.graphed:  # device learning rates, filled in place by begin_step
-            for group in groups:
-                group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device=self.device)
-        if n.optimizer == "masked_adam":  # the grids masked, MLPs and codes dense as Adam
-            for group, is_grid in zip(groups, grids, strict=True):
-                if not is_grid:
-                    group["skip_zero_grad"] = False
-            return MaskedAdam(groups, betas=betas, capturable=self.graphed)
-        # fused on the CPU too: one threaded pass per parameter (grid_schedule.make_optimizer)
-        return torch.optim.Adam(groups, betas=betas, fused=True, capturable=self.graphed)
+        return make_optimizer(self.config, self.model, self.appearance, self.graphed, self.device)
 
     def fit_optimizer(self) -> None:
         """After a checkpoint's optimiser state is loaded: the optimiser as `make_optimizer`
         makes it here (a captured run's checkpoint resumes op by op, and the other way round)."""
         fit_optimizer(self.optimizer, self.graphed)
 
-    def decay(self, step: int) -> float:
-        n, last = self.config.nerf, max(1, self.config.train.steps - 1)
-        return n.lr_decay ** (step / min(last, n.lr_decay_steps or last))
-
     def learning_rate(self, step: int) -> float:
         """The density's learning rate (`nerf.lr_density`, or `multires.lr` for a multires
         density; the others follow the same decay)."""
         n = self.config.nerf
         start = self.config.multires.lr if n.density_encoding == "multires" else n.lr_density
-        return start * self.decay(step)
+        return start * lr_factor(self.config, step)
 
     def begin_step(self, step: int) -> None:
-        factor = self.decay(step)
+        factor = lr_factor(self.config, step)
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], Tensor):
                 group["lr"].fill_(group["base_lr"] * factor)
             else:
                 group["lr"] = group["base_lr"] * factor
-        count = active_levels(self.config.multires, step)  # coarse to fine (multires.level_every)
-        for encoding in self.encodings():
-            if encoding.active_levels != count:
-                encoding.set_active_levels(count)
+        set_levels(self.config, self.model, step)  # coarse to fine (multires.level_every)
         n = self.config.nerf
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             shrink_only = 0 < n.occupancy_grow_until <= step
             self.occupied = self.model.update_occupancy(shrink_only=shrink_only)
-
-    def encodings(self) -> list[MultiresGrid]:
-        """The model's multires grids (the density's, the colour's)."""
-        m = self.model
-        found = [m.density.encoding] if isinstance(m.density, MultiresDensity) else []
-        return found + ([m.color] if isinstance(m.color, MultiresGrid) else [])
 
     def upsample(self, resolution: tuple[int, int, int]) -> None:
         """To the next stage of the schedule; with `nerf.fit_box`, the first one also moves

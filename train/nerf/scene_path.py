@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputFileError, writing
-from .config import scene_args
+from .data_config import scene_args
 
 if TYPE_CHECKING:
     import torch

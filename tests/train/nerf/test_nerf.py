@@ -114,11 +114,13 @@ def test_a_fixed_decay_horizon_makes_a_longer_run_the_shorter_one_continued(scen
     for key, value in models["short"].items():
         assert torch.equal(value, models["long"][key]), key
     assert not torch.equal(models["short"]["color.features"], models["stretched"]["color.features"])
-    exp = NerfExperiment.__new__(NerfExperiment)  # the schedule alone, past the horizon too
-    exp.config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10"])
-    assert exp.decay(10) == pytest.approx(0.1) and exp.decay(20) == pytest.approx(0.01)
-    exp.config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10", "train.steps=5"])
-    assert exp.decay(4) == pytest.approx(0.1)  # a shorter run still decays by its last step
+    from train.nerf.optimizer import lr_factor  # the schedule alone, past the horizon too
+
+    config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10"])
+    assert lr_factor(config, 10) == pytest.approx(0.1)
+    assert lr_factor(config, 20) == pytest.approx(0.01)
+    config = load_config(None, ["experiment=nerf", "nerf.lr_decay_steps=10", "train.steps=5"])
+    assert lr_factor(config, 4) == pytest.approx(0.1)  # a shorter run still decays by its last step
 
 
 def test_eval_seconds_evaluate_when_training_time_reaches_them(scene, tmp_path):

@@ -50,17 +50,15 @@ def test_the_default_is_the_dense_model_and_optimiser():
     before the choice existed (the dense path's numbers are pinned by test_nerf.py)."""
     config = load_config(None, ["experiment=nerf"])
     assert (config.nerf.density_encoding, config.nerf.color_encoding) == ("dense", "dense")
-    exp = NerfExperiment.__new__(NerfExperiment)
-    exp.config, exp.appearance, exp.graphed = config, None, False
     from train.nerf.experiment import make_model
+    from train.nerf.optimizer import make_optimizer
 
-    exp.model = make_model(config, (8, 8, 8), (8, 8, 8), backend="native", device="cpu")
-    m = exp.model
+    m = make_model(config, (8, 8, 8), (8, 8, 8), backend="native", device="cpu")
     assert isinstance(m.density, VoxelGrid) and isinstance(m.color, VoxelGrid)
     keys = {"density.features", "density.bounds", "color.features", "color.bounds"}
     keys |= {"occupancy_grid.flags", *(f"mlp.{k}" for k in m.mlp.state_dict())}
     assert set(m.state_dict()) == keys
-    groups = exp.make_optimizer().param_groups
+    groups = make_optimizer(config, m, None, False, torch.device("cpu")).param_groups
     n = config.nerf
     assert [g["params"] for g in groups] == [
         [m.density.features],
