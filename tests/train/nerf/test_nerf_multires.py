@@ -259,7 +259,7 @@ def make_shift(activation: str, alpha_init: float) -> float:
 
 
 def test_trunc_exp_caps_the_gradient_not_the_value():
-    from train.nerf.model.trunc_exp import trunc_exp
+    from train.nerf.model.density_activation import trunc_exp
 
     x = torch.tensor([-2.0, 0.0, 10.0, 20.0, 40.0], requires_grad=True)
     y = trunc_exp(x)

@@ -2,7 +2,7 @@
 renderers, its losses, per-image appearance and the box it fits.
 
 Modules: `voxel_nerf` (`VoxelNeRF`: the field, its `sigma_fn` and `rgb_fn`, coarse to fine),
-`trunc_exp` (instant-ngp's density activation),
+`density_activation` (softplus or instant-ngp's trunc_exp),
 `grids` (the two grid backends: `VoxelGrid` or DirectVoxGO's `ChannelsFirstGrid`),
 `multires_fields` (`MultiresDensity`: the density MLP over a `grid.MultiresGrid`, for
 `nerf.density_encoding = "multires"`), `render` (`render_torch`, `render_fused`: bounded
@@ -12,7 +12,7 @@ MLP's layer), `losses` (DirectVoxGO's auxiliary losses, view consistency), `appe
 (per-image colour transforms), `fit_box` (the box the grids move onto). How a ray's samples
 are coloured: `VoxelNeRF.rgb_fn` and `shade`.
 
-Floors, lowest first: `encoding`, `linear`, `capacity`, `trunc_exp` -> `render` ->
+Floors, lowest first: `encoding`, `linear`, `capacity`, `density_activation` -> `render` ->
 `render_contracted`, `grids` -> `multires_fields` -> `voxel_nerf` -> `fit_box`, `losses`. A
 renderer reads no model: the model hands it functions (`sigma_fn`, `rgb_fn`) and plain
 values. This package imports `grid`, torch, `train.nerf.choices` and, for annotations only,

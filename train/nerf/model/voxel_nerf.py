@@ -53,7 +53,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from grid import MultiresGrid, OccupancyGrid, VoxelGrid
@@ -61,13 +60,13 @@ from grid.contraction import CONTRACTED_BOUNDS
 
 from ..choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
 from .capacity import SampleCapacity
+from .density_activation import activate, density_shift, raw_density
 from .encoding import positional_encoding
 from .grids import make_grid, triple
 from .linear import Linear
 from .multires_fields import MultiresDensity
 from .render import RgbFn, render_fused, render_torch
 from .render_contracted import render_contracted
-from .trunc_exp import trunc_exp
 
 
 def color_mlp(
@@ -102,7 +101,7 @@ class VoxelNeRF(nn.Module):
         step_ratio: sample spacing along rays, in voxels of the current grid.
         alpha_init: alpha of an untrained voxel (sets the density shift).
         density_activation: "softplus" (DirectVoxGO's) or "exp" (instant-ngp's truncated
-            exponential, `trunc_exp.trunc_exp`): raw density -> density (`activate`).
+            exponential): raw density -> density (`model.density_activation`).
         occupancy_threshold: cells whose alpha (and whose neighbours') is below it are
             skipped once `update_occupancy` has run.
         weight_threshold: samples with compositing weight below it skip the colour.
@@ -222,11 +221,8 @@ class VoxelNeRF(nn.Module):
         self.view_frequencies = view_frequencies
         self.mlp = color_mlp(color_in, view_frequencies, hidden, device)
         self.step_ratio = step_ratio
-        # the shift puts an untrained field (raw 0) at alpha_init over one final voxel
         self.density_activation = density_activation
-        self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)  # softplus(shift) = -log(1 - a)
-        if density_activation == "exp":
-            self.shift = math.log(-math.log1p(-alpha_init))
+        self.shift = density_shift(density_activation, alpha_init)
         self.final_voxel = mean_spacing(self.bounds_list, final)
         self.occupancy_threshold = occupancy_threshold
         self.weight_threshold = weight_threshold
@@ -282,17 +278,12 @@ class VoxelNeRF(nn.Module):
     # ---- fields ---------------------------------------------------------------------------
 
     def activate(self, raw: Tensor) -> Tensor:
-        """Raw density [...] -> density [...]: softplus(raw + shift), or trunc_exp(raw +
-        shift) with density_activation "exp"."""
-        if self.density_activation == "exp":
-            return trunc_exp(raw + self.shift)
-        return F.softplus(raw + self.shift)
+        """Raw density [...] -> density [...] (`density_activation.activate`)."""
+        return activate(raw, self.shift, self.density_activation)
 
     def raw_for(self, sigma: float) -> float:
         """The raw density whose density is `sigma` > 0 (`activate`'s inverse)."""
-        if self.density_activation == "exp":
-            return math.log(sigma) - self.shift
-        return sigma + math.log(-math.expm1(-sigma)) - self.shift  # softplus^-1(sigma) - shift
+        return raw_density(sigma, self.shift, self.density_activation)
 
     def sigma(self, points: Tensor) -> Tensor:
         """points: [S, 3] -> density [S] (post-activation: `activate(raw)`); the renderers'
