@@ -114,7 +114,8 @@ print(f'import torch {a - t:.2f} s, CUDA init {b - a:.2f} s, import torch._dynam
       python3 -m cProfile -o /tmp/sdf.prof -m train --config configs/sdf_scan_gpu.toml \
         --out /tmp/sdf_profile --overwrite --set points.path="$SDF_PROFILE" --set eval.chamfer=false \
         --set output.pictures=false --set output.progress=false
-      python3 -c "import pstats; pstats.Stats('/tmp/sdf.prof').sort_stats('cumulative').print_stats('main/(train|grid)', 50)"
+      python3 -c "import pstats; s = pstats.Stats('/tmp/sdf.prof').sort_stats('cumulative')
+s.print_stats('(train|grid)/', 50); s.print_stats(40)"
     } >"$OUT/profile.txt" 2>&1
   fi
   # shellcheck disable=SC2086  # SDF_POINTS is a list of paths
