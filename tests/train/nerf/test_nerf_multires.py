@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
 from grid import MultiresGrid, VoxelGrid, lattice
 from train.__main__ import main
@@ -306,3 +307,66 @@ def test_rays_that_miss_the_box_render_the_background(renderer):
     assert torch.allclose(out["rgb"], background.expand(4, 3))
     out["rgb"].sum().backward()  # no sample: zero gradients, no error
     assert out["sample_features"].shape == (0, 15)
+
+
+@pytest.mark.parametrize("renderer, exact", [("fused", True), ("fused", False), ("torch", True)])
+def test_the_colour_reads_the_density_pass_geometry_features(renderer, exact):
+    """With both encodings multires, a render takes the colour MLP's geometry features from
+    its density pass (`VoxelNeRF.fields`): the same colours and table gradients as running
+    the density MLP again on the coloured samples (`color_input`), and one encoding pass."""
+    from train.nerf.model.encoding import positional_encoding
+    from train.nerf.model.voxel_nerf import VoxelNeRF
+
+    torch.manual_seed(0)
+    options = dict(levels=4, features=2, table_size=2**10, base_resolution=4, growth_factor=2.0)
+    model = VoxelNeRF(
+        [[-1.0] * 3, [1.0] * 3],
+        16,
+        16,
+        density_encoding="multires",
+        color_encoding="multires",
+        multires=options,
+        density_hidden=16,
+        geometry_features=5,
+        renderer=renderer,
+    )
+    model.density.encoding.table.data.uniform_(-1, 1)
+    model.density.add_(2.0)  # opaque enough that many samples are coloured
+    origins = torch.tensor([[0.0, 0.0, -3.0]]).repeat(64, 1) + torch.randn(64, 3) * 0.3
+    directions = torch.nn.functional.normalize(
+        torch.randn(64, 3) * 0.2 + torch.tensor([0, 0, 1.0]), dim=-1
+    )
+    background = torch.ones(3)
+
+    def render() -> tuple[Tensor, Tensor, int]:
+        calls = []
+        hook = model.density.encoding.register_forward_hook(lambda *a: calls.append(1))
+        model.zero_grad()
+        if not exact:  # planned buffers, with padding samples: a first render plans them
+            model.render(origins, directions, background, exact=False)
+        out = model.render(origins, directions, background, exact=exact)
+        (out["rgb"] * torch.linspace(0.5, 1.5, 3)).sum().backward()
+        hook.remove()
+        assert out["sample_features"].shape[0] > 20  # samples were coloured
+        if not exact:
+            assert (out["sample_ray"] == 64).any()  # padding samples were there
+        return out["rgb"].detach(), model.density.encoding.table.grad.clone(), len(calls)
+
+    shared, shared_grad, shared_passes = render()
+
+    def fields_again(directions: Tensor):
+        views = positional_encoding(directions, model.view_frequencies)
+        views = torch.cat([views, views.new_zeros(1, views.shape[1])])
+
+        def rgb_fn(points, rays, index):
+            features = model.color_input(points)
+            return model.shade(features, views[rays]), features
+
+        return model.sigma, rgb_fn
+
+    model.fields = fields_again
+    again, again_grad, again_passes = render()
+    passes = 2 if exact else 4  # a planning render first
+    assert (shared_passes, again_passes) == (passes // 2, passes)
+    torch.testing.assert_close(shared, again)
+    torch.testing.assert_close(shared_grad, again_grad)

@@ -10,7 +10,7 @@ scenes), `render_contracted` (unbounded scenes), `capacity` (the fused renderer'
 buffer sizes), `encoding` (the view direction's positional encoding), `linear` (the colour
 MLP's layer), `losses` (DirectVoxGO's auxiliary losses, view consistency), `appearance`
 (per-image colour transforms), `fit_box` (the box the grids move onto). How a ray's samples
-are coloured: `VoxelNeRF.rgb_fn` and `shade`.
+are coloured: `VoxelNeRF.fields` and `shade`.
 
 Floors, lowest first: `encoding`, `linear`, `capacity`, `density_activation` -> `render` ->
 `render_contracted`, `grids` -> `multires_fields` -> `voxel_nerf` -> `fit_box`, `losses`. A

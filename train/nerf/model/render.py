@@ -4,10 +4,12 @@ reads no model: the model hands it two functions of the samples and plain values
 
 * `sigma_fn(points [S, 3]) -> [S]`: the density at the samples (the optical thickness of a
   sample is `sigma * interval`, `interval` its step in voxels of the final grid);
-* `rgb_fn(points [V, 3], rays [V]) -> (rgb [V, 3], features [V, F])`: the colour of the
-  samples worth colouring, seen along their rays (indices into the batch; `render_fused`
-  also passes padding samples with ray R, whose colour it drops), and the colour-grid
-  features they read (returned for the losses).
+* `rgb_fn(points [V, 3], rays [V], index [V]) -> (rgb [V, 3], features [V, F])`: the colour
+  of the samples worth colouring, seen along their rays (indices into the batch;
+  `render_fused` also passes padding samples with ray R, whose colour it drops), and the
+  colour-grid features they read (returned for the losses). `index` says which of
+  `sigma_fn`'s points each one is, so that a model can reuse what its density pass computed
+  there (a multires density's geometry features).
 
 `render_torch` is plain PyTorch over packed samples (`grid.march_rays`,
 `grid.composite_weights`, `grid.composite`; the sample counts are read back every step).
@@ -30,8 +32,9 @@ from .capacity import SampleCapacity, compact
 
 #: points [S, 3] -> density [S].
 SigmaFn = Callable[[Tensor], Tensor]
-#: points [V, 3], their rays [V] -> (rgb [V, 3], colour-grid features [V, F]).
-RgbFn = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+#: points [V, 3], their rays [V], their rows of sigma_fn's points [V] -> (rgb [V, 3],
+#: colour-grid features [V, F]).
+RgbFn = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 def render_torch(
@@ -63,7 +66,7 @@ def render_torch(
     visible = weights > weight_threshold
     chosen = visible.nonzero()[:, 0]  # [S''] the coloured samples: one read-back
     chosen_ray = ray_id[chosen]
-    colors, features = rgb_fn(points[chosen], chosen_ray)  # [S'', 3], [S'', F]
+    colors, features = rgb_fn(points[chosen], chosen_ray, chosen)  # [S'', 3], [S'', F]
     rgb, depth, acc = grid.composite(
         weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
     )
@@ -125,7 +128,7 @@ def render_fused(
         count = samples.offsets[n_rays]
     read = chosen.clamp_max(max(slots - 1, 0))  # padding slots of `chosen` read the last sample
     ray = samples.ray_indices[read]  # [V] in [0, R]: R for the padding samples
-    rgb_chosen, features = rgb_fn(samples.points[read], ray)  # [V, 3], [V, F]
+    rgb_chosen, features = rgb_fn(samples.points[read], ray, read)  # [V, 3], [V, F]
     colors = rgb_chosen.new_zeros(slots + 1, 3).index_put_((chosen,), rgb_chosen)[:slots]
     rgb, depth, acc = grid.composite_rays(tau, colors, samples.t, samples.offsets, background)
     weights = torch.cat([weights, weights.new_zeros(1)])  # slot `slots`: padding, weight 0

@@ -74,7 +74,7 @@ def render_contracted(
     visible = weights > weight_threshold
     chosen = visible.nonzero()[:, 0]  # [V] the coloured samples
     chosen_ray = ray_id[chosen]
-    colors, features = rgb_fn(samples.points[chosen], chosen_ray)  # [V, 3], [V, F]
+    colors, features = rgb_fn(samples.points[chosen], chosen_ray, chosen)  # [V, 3], [V, F]
     if fused:
         full = colors.new_zeros(tau.shape[0], 3).index_put((chosen,), colors)  # [S, 3]
         rgb, depth, acc = grid.composite_rays(tau, full, samples.t, offsets)

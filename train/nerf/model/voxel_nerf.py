@@ -65,7 +65,7 @@ from .encoding import positional_encoding
 from .grids import make_grid, triple
 from .linear import Linear
 from .multires_fields import MultiresDensity
-from .render import RgbFn, render_fused, render_torch
+from .render import RgbFn, SigmaFn, render_fused, render_torch
 from .render_contracted import render_contracted
 
 
@@ -294,18 +294,42 @@ class VoxelNeRF(nn.Module):
         """points: [S, 3] -> alpha [S] over a step of `interval` (voxels of the final grid)."""
         return -torch.expm1(-self.sigma(points) * interval)
 
-    def rgb_fn(self, directions: Tensor) -> RgbFn:
-        """The renderers' `rgb_fn` for rays along `directions` [R, 3]: (points [V, 3], rays
-        [V] in [0, R]) -> (rgb [V, 3], colour-grid features [V, F]); ray R is the fused
-        renderer's padding (a zero view encoding)."""
+    def fields(self, directions: Tensor) -> tuple[SigmaFn, RgbFn]:
+        """The renderers' `sigma_fn` and `rgb_fn` for rays along `directions` [R, 3].
+
+        sigma_fn: points [S, 3] -> density [S] (`sigma`). rgb_fn: (points [V, 3], rays [V]
+        in [0, R], index [V] into sigma_fn's points) -> (rgb [V, 3], the colour MLP's input
+        features [V, F]); ray R is the fused renderer's padding (a zero view encoding). With
+        a multires density read by the colour MLP, sigma_fn keeps the density MLP's geometry
+        features of its points and rgb_fn takes its samples' rows of them: one density pass
+        per render, not a second one over the coloured samples."""
         views = positional_encoding(directions, self.view_frequencies)  # [R, E]
         views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
+        if self.color is not None:
 
-        def rgb_fn(points: Tensor, rays: Tensor) -> tuple[Tensor, Tensor]:
-            features = self.color_input(points)  # [V, F]
+            def rgb_fn(points: Tensor, rays: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+                features = self.color(points)  # [V, F]
+                return self.shade(features, views[rays]), features
+
+            return self.sigma, rgb_fn
+        geometry: list[Tensor] = []  # sigma_fn's geometry features [S, G], for rgb_fn
+
+        def sigma_fn(points: Tensor) -> Tensor:
+            out = self.density(points)  # [S, 1 + G]
+            geometry[:] = [out[:, 1:]]
+            return self.activate(out[:, 0])
+
+        pad = views.shape[0] - 1  # the fused renderer's padding ray
+
+        def shared_rgb_fn(points: Tensor, rays: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+            # The padding samples (ray R, weight 0, colour dropped) all name the last slot:
+            # spread them over the rows, or the gather's backward (an accumulating index_put_)
+            # adds thousands of zeros into one row, one after another.
+            rows = torch.arange(index.shape[0], device=index.device) % max(geometry[0].shape[0], 1)
+            features = geometry[0][torch.where(rays == pad, rows, index)]  # [V, G]
             return self.shade(features, views[rays]), features
 
-        return rgb_fn
+        return sigma_fn, shared_rgb_fn
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
@@ -313,8 +337,8 @@ class VoxelNeRF(nn.Module):
 
     def color_input(self, points: Tensor) -> Tensor:
         """points: [S, 3] -> [S, F], what the colour MLP reads besides the view: the colour
-        grid's features, or a multires density's geometry features (its MLP evaluated again
-        on these samples, the coloured ones: fewer than the density's)."""
+        grid's features, or a multires density's geometry features (its MLP evaluated on
+        these points; a render takes them from its density pass instead: `fields`)."""
         if self.color is None:
             return self.density(points)[..., 1:]
         return self.color(points)
@@ -424,11 +448,12 @@ class VoxelNeRF(nn.Module):
         if self.contraction != "none":
             if jitter is not None:
                 raise ValueError("jitter: not with a contraction (grid.sample_contracted has none)")
+            sigma_fn, rgb_fn = self.fields(directions)
             return render_contracted(
                 origins,
                 directions,
-                sigma_fn=self.sigma,
-                rgb_fn=self.rgb_fn(directions),
+                sigma_fn=sigma_fn,
+                rgb_fn=rgb_fn,
                 inner_bounds=self.inner_bounds,
                 kind=self.contraction,
                 step=self.step_size(),
@@ -440,9 +465,10 @@ class VoxelNeRF(nn.Module):
                 fused=self.renderer == "fused",
                 near=near,
             )
+        sigma_fn, rgb_fn = self.fields(directions)
         common = dict(
-            sigma_fn=self.sigma,
-            rgb_fn=self.rgb_fn(directions),
+            sigma_fn=sigma_fn,
+            rgb_fn=rgb_fn,
             occupancy=self.occupancy_grid,
             step=self.step_size(),
             interval=self.interval(),
