@@ -15,7 +15,7 @@ over, whose features are not resampled. It has no total variation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from grid import MultiresGrid, check_inside, lattice
 
 from .grids import triple
 from .linear import Linear
+from .render import RgbFn, SigmaFn
 
 #: Points per chunk when the whole lattice is evaluated (`values`): 2^18 points of 16 x 2
 #: features and a hidden layer of 64 are about 100 MB of activations.
@@ -137,3 +138,35 @@ class MultiresDensity(nn.Module):
             "total_variation: a multires density has none (train.tv_weight = 0 with "
             "nerf.density_encoding = 'multires')"
         )
+
+
+def shared_fields(
+    density: MultiresDensity,
+    activate: Callable[[Tensor], Tensor],
+    shade: Callable[[Tensor, Tensor], Tensor],
+    views: Tensor,
+) -> tuple[SigmaFn, RgbFn]:
+    """A render's `sigma_fn` and `rgb_fn` when the colour MLP reads the density's geometry
+    features: sigma_fn keeps the features of its points [S, G], and rgb_fn takes its
+    samples' rows of them (`index` [V]), so a render runs the table and the density MLP
+    once, not again over the coloured samples.
+
+    activate: raw density [S] -> density [S]; shade: (features [V, G], view encodings
+    [V, E]) -> rgb [V, 3]; views: [R + 1, E], row R the fused renderer's padding ray."""
+    geometry: list[Tensor] = []  # sigma_fn's geometry features [S, G]
+    pad = views.shape[0] - 1
+
+    def sigma_fn(points: Tensor) -> Tensor:
+        out = density(points)  # [S, 1 + G]
+        geometry[:] = [out[:, 1:]]
+        return activate(out[:, 0])
+
+    def rgb_fn(points: Tensor, rays: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+        # The padding samples (ray R, weight 0, colour dropped) all name the last slot:
+        # spread them over the rows, or the gather's backward (an accumulating index_put_)
+        # adds thousands of zeros into one row, one after another.
+        rows = torch.arange(index.shape[0], device=index.device) % max(geometry[0].shape[0], 1)
+        features = geometry[0][torch.where(rays == pad, rows, index)]  # [V, G]
+        return shade(features, views[rays]), features
+
+    return sigma_fn, rgb_fn

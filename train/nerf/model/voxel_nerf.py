@@ -64,7 +64,7 @@ from .density_activation import activate, density_shift, raw_density
 from .encoding import positional_encoding
 from .grids import make_grid, triple
 from .linear import Linear
-from .multires_fields import MultiresDensity
+from .multires_fields import MultiresDensity, shared_fields
 from .render import RgbFn, SigmaFn, render_fused, render_torch
 from .render_contracted import render_contracted
 
@@ -312,24 +312,7 @@ class VoxelNeRF(nn.Module):
                 return self.shade(features, views[rays]), features
 
             return self.sigma, rgb_fn
-        geometry: list[Tensor] = []  # sigma_fn's geometry features [S, G], for rgb_fn
-
-        def sigma_fn(points: Tensor) -> Tensor:
-            out = self.density(points)  # [S, 1 + G]
-            geometry[:] = [out[:, 1:]]
-            return self.activate(out[:, 0])
-
-        pad = views.shape[0] - 1  # the fused renderer's padding ray
-
-        def shared_rgb_fn(points: Tensor, rays: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
-            # The padding samples (ray R, weight 0, colour dropped) all name the last slot:
-            # spread them over the rows, or the gather's backward (an accumulating index_put_)
-            # adds thousands of zeros into one row, one after another.
-            rows = torch.arange(index.shape[0], device=index.device) % max(geometry[0].shape[0], 1)
-            features = geometry[0][torch.where(rays == pad, rows, index)]  # [V, G]
-            return self.shade(features, views[rays]), features
-
-        return sigma_fn, shared_rgb_fn
+        return shared_fields(self.density, self.activate, self.shade, views)
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
