@@ -20,7 +20,7 @@ from .multires_grid import MultiresGrid
 from .multires_ops import multires
 from .occupancy import OccupancyGrid
 from .ops import masked_adam_, sample, total_variation, total_variation_add_grad_, trilinear
-from .optim import MaskedAdam
+from .optim import Adam, MaskedAdam
 from .parameters import replace_data
 from .rays import PackedSamples, RaySamples, march_rays, march_rays_static, ray_aabb
 from .volrend import (
@@ -45,6 +45,7 @@ __all__ = [
     "total_variation",
     "total_variation_add_grad_",
     "masked_adam_",
+    "Adam",
     "MaskedAdam",
     "reference",
     "ray_aabb",

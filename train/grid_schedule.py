@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from grid.optim import MaskedAdam
+from grid.optim import Adam, MaskedAdam
 from grid.voxel_grid import VoxelGrid
 
 if TYPE_CHECKING:
@@ -31,17 +31,18 @@ def learning_rate(config: Config, step: int) -> float:
 
 
 def make_optimizer(model: VoxelGrid, config: Config, graphed: bool = False) -> torch.optim.Adam:
-    """Adam over the grid, the fused kernel (one threaded pass over the grid, also on the
-    CPU: 4.4 -> 0.73 ms a step for a 128^3 grid on 2 cores, where the per-tensor Adam makes
-    several). `graphed` (steps captured as CUDA graphs, train/step_graph.py): with
-    `capturable=True`, its learning rate a device tensor that `set_learning_rate` updates in
-    place (a float would be frozen into the graph)."""
+    """Adam over the grid (`grid.Adam`: torch's, without its import of torch._dynamo), the
+    fused kernel (one threaded pass over the grid, also on the CPU: 4.4 -> 0.73 ms a step
+    for a 128^3 grid on 2 cores, where the per-tensor Adam makes several). `graphed`
+    (steps captured as CUDA graphs, train/step_graph.py): with `capturable=True`, its
+    learning rate a device tensor that `set_learning_rate` updates in place (a float would
+    be frozen into the graph)."""
     params, betas = model.parameters(), tuple(config.train.betas)
     if not graphed:
-        return torch.optim.Adam(params, lr=config.train.lr, betas=betas, eps=1e-15, fused=True)
+        return Adam(params, lr=config.train.lr, betas=betas, eps=1e-15, fused=True)
     device = model.features.device
     lr = torch.tensor(config.train.lr, dtype=torch.float32, device=device)
-    return torch.optim.Adam(params, lr=lr, betas=betas, eps=1e-15, capturable=True, fused=True)
+    return Adam(params, lr=lr, betas=betas, eps=1e-15, capturable=True, fused=True)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from grid import MaskedAdam, MultiresGrid
+from grid import Adam, MaskedAdam, MultiresGrid
 
 from ..config import Config
 from ..multires_config import NGP_BETAS, NGP_EPS, active_levels
@@ -73,7 +73,7 @@ def make_optimizer(
                 group["skip_zero_grad"] = False
         return MaskedAdam(groups, betas=betas, capturable=graphed)
     # fused on the CPU too: one threaded pass per parameter (grid_schedule.make_optimizer)
-    return torch.optim.Adam(groups, betas=betas, fused=True, capturable=graphed)
+    return Adam(groups, betas=betas, fused=True, capturable=graphed)
 
 
 def lr_factor(config: Config, step: int) -> float:

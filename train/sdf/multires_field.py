@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from grid.multires_grid import MultiresGrid
+from grid.optim import Adam
 from grid.voxel_grid import VoxelGrid
 
 from ..multires_config import growth_factor
@@ -146,7 +147,7 @@ def multires_optimizer(
         else {"params": params, "lr": rate}
         for params, rate in zip(model.parameter_groups(), rates, strict=True)
     ]
-    return torch.optim.Adam(groups, betas=betas, eps=1e-15, capturable=graphed, fused=True)
+    return Adam(groups, betas=betas, eps=1e-15, capturable=graphed, fused=True)
 
 
 def set_group_rates(optimizer: torch.optim.Optimizer, rates: Sequence[float]) -> None:
