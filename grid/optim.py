@@ -75,7 +75,10 @@ class Adam(_NoDynamoImport, torch.optim.Adam):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """`torch.optim.Adam.step`: one update; `closure` re-evaluates the loss (optional)."""
         if torch.compiler.is_compiling():
-            return torch.optim.Adam.step(self, closure)
+            step = torch.optim.Adam.step  # torch.optim hooks it at a first Adam (`hooked`);
+            if getattr(step, "hooked", False):  # the hooks have run already, in this call
+                step = step.__wrapped__
+            return step(self, closure)
         with torch.set_grad_enabled(self.defaults["differentiable"]):
             return _ADAM_STEP(self, closure)
 

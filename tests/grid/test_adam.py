@@ -94,12 +94,15 @@ def test_closure_loss_and_gradients():
 def test_torch_compile_of_a_step_matches_eager():
     """Under torch.compile the wrapped torch methods run (the graph breaks torch places):
     the compiled training step gives torch.optim.Adam's compiled parameters bit for bit,
-    and the eager ones' to rounding."""
+    and the eager ones' to rounding; a step pre-hook runs once a step."""
     torch._dynamo.reset()
+
+    calls = []
 
     def train(opt_class, compiled):
         p = torch.nn.Parameter(torch.linspace(-1, 1, 6))
         opt = opt_class([p], lr=0.1, foreach=False)
+        opt.register_step_pre_hook(lambda *args: calls.append(compiled))
 
         def step(target):
             opt.zero_grad()
@@ -111,9 +114,11 @@ def test_torch_compile_of_a_step_matches_eager():
             fn(torch.full((6,), float(i)))
         return p.detach()
 
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # torch hooks Adam.step now
     compiled = train(grid.Adam, True)
     assert torch.equal(compiled, train(torch.optim.Adam, True))
     torch.testing.assert_close(compiled, train(grid.Adam, False))
+    assert calls == [True] * 6 + [False] * 3  # a step's hooks run once, compiled or not
 
 
 def test_no_dynamo_import(tmp_path):
