@@ -3,8 +3,8 @@
 Two ranks are spawned once (torch.multiprocessing, the environment torchrun would set)
 and run several commands through `train.__main__.main`; the single-process runs they are
 compared with run in the test process. Checked: 2 ranks x half the batch give the
-result of 1 process x the whole batch (to float rounding), for the field and the NeRF
-experiments; the ranks' parameters are identical after training (upsampling included);
+result of 1 process x the whole batch (to float rounding), for the field, the NeRF (dense
+and multires encodings) and the sdf experiments; the ranks' parameters are identical after training (upsampling included);
 resume with 2 processes and with 1; rank 0 alone writes and prints; errors before
 training are one line from rank 0 and exit code 2 on every rank; a batch that does not
 split into equal shares is refused naming train.batch_size.
@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 
 import train.loop
 from tests.train.nerf.test_nerf import SHORT as NERF_SHORT
+from tests.train.nerf.test_nerf_multires import BOTH as MULTIRES
 from tests.train.sdf.test_sdf import SHORT as SDF_SHORT
 from tests.train.test_train import TINY, sets
 from train.__main__ import main
@@ -88,13 +89,14 @@ def _rank(rank: int, jobs: list[tuple[int, list[str]]], results: str) -> None:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(argv)
         record.append({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
-        state = (
-            {k: v.detach().cpu().clone() for k, v in models[0].state_dict().items()}
-            if models
-            else {}
-        )
+        state = {k: _cpu(v) for k, v in models[0].state_dict().items()} if models else {}
         torch.save(state, Path(results) / f"model_{len(record) - 1}_rank{rank}.pt")
     (Path(results) / f"rank{rank}.json").write_text(json.dumps(record))
+
+
+def _cpu(value):
+    """A state dict entry on the CPU: a tensor copied, other extra state as it is."""
+    return value.detach().cpu().clone() if isinstance(value, torch.Tensor) else value
 
 
 def final_state(out: Path) -> dict:
@@ -122,6 +124,7 @@ def runs(tmp_path_factory):
         ["--out", str(d / "nerf_two"), *nerf_args(scene), *sets("nerf.sparse_average=1")],
         ["--out", str(d / "sdf_two"), *sets(*SDF_SHORT)],
         ["--out", str(d / "weak"), *FIELD, *sets("train.scaling=weak", "train.batch_size=256")],
+        ["--out", str(d / "multires_two"), *nerf_args(scene), *sets(*MULTIRES)],
     ]
     ranks, models = spawn(d, jobs)
     return d, ranks, models, scene
@@ -246,6 +249,33 @@ def test_nerf_two_ranks_equal_one_process(runs, tmp_path):
         assert rb["psnr"] == pytest.approx(ra["psnr"], abs=1e-3)
         assert rb["view_psnr"] == pytest.approx(ra["view_psnr"], abs=1e-3)
         assert rb["samples_per_ray"] == pytest.approx(ra["samples_per_ray"], rel=1e-3)
+
+
+def test_multires_nerf_two_ranks_equal_one_process(runs, tmp_path):
+    """Both encodings multires (the table and both MLPs averaged whole): 2 ranks x half
+    the batch give one process's table, MLPs and PSNR, and identical parameters on both."""
+    d, ranks, models, scene = runs
+    assert [r[9]["code"] for r in ranks] == [0, 0], ranks[0][9]["stderr"][-2000:]
+    for key, value in models[9][0].items():
+        other = models[9][1][key]
+        assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other
+    assert any("table" in key for key in models[9][0]), list(models[9][0])
+    args = [*nerf_args(scene), *sets(*MULTIRES)]
+    assert main(["--out", str(tmp_path / "multires_one"), *args]) == 0
+    one, two = final_state(tmp_path / "multires_one"), final_state(d / "multires_two")
+    assert one["step"] == two["step"]
+    for key, a in one["model"].items():
+        b = two["model"][key]
+        if not isinstance(a, torch.Tensor):
+            assert a == b, key
+        elif a.is_floating_point():
+            assert (a - b).norm() <= 1e-3 * a.norm(), key
+        else:
+            assert (a != b).float().mean() < 1e-3, key
+    a, b = records(tmp_path / "multires_one"), records(d / "multires_two")
+    assert len(a) == len(b) >= 2
+    for ra, rb in zip(a, b, strict=True):
+        assert rb["psnr"] == pytest.approx(ra["psnr"], abs=1e-3)
 
 
 def test_sdf_two_ranks_equal_one_process(runs, tmp_path):
