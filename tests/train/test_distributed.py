@@ -4,10 +4,11 @@ Two ranks are spawned once (torch.multiprocessing, the environment torchrun woul
 and run several commands through `train.__main__.main`; the single-process runs they are
 compared with run in the test process. Checked: 2 ranks x half the batch give the
 result of 1 process x the whole batch (to float rounding), for the field, the NeRF (dense
-and multires encodings) and the sdf experiments; the ranks' parameters are identical after training (upsampling included);
-resume with 2 processes and with 1; rank 0 alone writes and prints; errors before
-training are one line from rank 0 and exit code 2 on every rank; a batch that does not
-split into equal shares is refused naming train.batch_size.
+and multires encodings) and the sdf experiments; the ranks' parameters are identical
+after training (upsampling included); resume with 2 processes and with 1; rank 0 alone
+writes and prints; errors before training are one line from rank 0 and exit code 2 on
+every rank; a batch that does not split into equal shares is refused naming
+train.batch_size.
 """
 
 from __future__ import annotations
