@@ -20,8 +20,11 @@ class PlainProgress:
     """tqdm's interface as the loop uses it (`set_description`, `set_postfix`, `update`,
     `write`, `close`, `n`, `disable`), printing a line every PLAIN_EVERY percent."""
 
-    def __init__(self, total: int, initial: int, desc: str, disable: bool) -> None:
+    def __init__(
+        self, total: int, initial: int, desc: str, disable: bool, unit: str = "step"
+    ) -> None:
         self.total, self.n, self.desc, self.disable = total, initial, desc, disable
+        self.unit = unit
         self.postfix: dict[str, Any] = {}
         self.next_percent = (100 * initial // max(total, 1)) // PLAIN_EVERY * PLAIN_EVERY
         self.next_percent += PLAIN_EVERY
@@ -40,7 +43,7 @@ class PlainProgress:
         self.next_percent = (percent // PLAIN_EVERY + 1) * PLAIN_EVERY
         numbers = "  ".join(f"{k} {v}" for k, v in self.postfix.items())
         print(
-            f"{self.desc}: step {self.n}/{self.total} ({percent}%)  {numbers}",
+            f"{self.desc}: {self.unit} {self.n}/{self.total} ({percent}%)  {numbers}".rstrip(),
             file=sys.stderr,
             flush=True,
         )
@@ -52,14 +55,17 @@ class PlainProgress:
         pass
 
 
-def progress_bar(total: int, initial: int, desc: str, show: bool) -> tqdm | PlainProgress:
-    """tqdm's bar on stderr when it is a terminal, else plain lines (`show`: at all)."""
+def progress_bar(
+    total: int, initial: int, desc: str, show: bool, unit: str = "step"
+) -> tqdm | PlainProgress:
+    """tqdm's bar on stderr when it is a terminal, else plain lines (`show`: at all);
+    `unit`: what is counted (the loop's steps, a video's frames)."""
     if not sys.stderr.isatty():
-        return PlainProgress(total, initial, desc, disable=not show)
+        return PlainProgress(total, initial, desc, disable=not show, unit=unit)
     return tqdm(
         total=total,
         initial=initial,
-        unit="step",
+        unit=unit,
         desc=desc,
         disable=not show,
         dynamic_ncols=True,

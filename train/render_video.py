@@ -213,14 +213,16 @@ def render_frames(
 ) -> int:
     """Render every camera; write the video and/or the PNGs. Returns the frame count."""
     from PIL import Image
-    from tqdm import tqdm
+
+    from .progress_bar import progress_bar
 
     if args.frames is not None:
         with writing(args.frames, key="--frames"):
             args.frames.mkdir(parents=True, exist_ok=True)
     writer = open_video(args.out, cameras.fps, args.lossless) if args.out is not None else None
+    bar = progress_bar(len(cameras), 0, "render", show=True, unit="frame")
     try:
-        for i in tqdm(range(len(cameras)), desc="render", unit="frame", file=sys.stderr):
+        for i in range(len(cameras)):
             rgb = module.render_camera(
                 model,
                 background,
@@ -237,7 +239,9 @@ def render_frames(
             if writer is not None:
                 with writing(args.out, key="--out"):
                     writer.append_data(image if args.lossless else even(image))
+            bar.update(1)
     finally:
+        bar.close()
         if writer is not None:
             with writing(args.out, key="--out"):
                 writer.close()

@@ -121,6 +121,11 @@ def test_render_frames_and_lossless_video_are_the_offline_renders(run, trained, 
     argv += ["--frames", str(frames), "--save-path", str(path)]
     code, err = quiet(train_main, argv)
     assert code == 0, err
+    # stderr is no terminal here: the progress is plain lines, not tqdm's carriage returns
+    assert "\r" not in err
+    assert [line for line in err.splitlines() if line.startswith("render: ")] == [
+        f"render: frame {n}/4 ({25 * n}%)" for n in range(1, 5)
+    ], err
     _, _, _, home = trained
     cameras = shape_path("spiral", home.c2w[0], home.up, 4, home.fov, (20, 14), 8.0)
     reader = imageio.get_reader(video)
