@@ -309,8 +309,17 @@ def test_rays_that_miss_the_box_render_the_background(renderer):
     assert out["sample_features"].shape == (0, 15)
 
 
-@pytest.mark.parametrize("renderer, exact", [("fused", True), ("fused", False), ("torch", True)])
-def test_the_colour_reads_the_density_pass_geometry_features(renderer, exact):
+@pytest.mark.parametrize(
+    "renderer, exact, contraction",
+    [
+        ("fused", True, "none"),
+        ("fused", False, "none"),
+        ("torch", True, "none"),
+        ("fused", True, "sphere"),
+        ("torch", True, "sphere"),
+    ],
+)
+def test_the_colour_reads_the_density_pass_geometry_features(renderer, exact, contraction):
     """With both encodings multires, a render takes the colour MLP's geometry features from
     its density pass (`VoxelNeRF.fields`): the same colours and table gradients as running
     the density MLP again on the coloured samples (`color_input`), and one encoding pass."""
@@ -329,6 +338,7 @@ def test_the_colour_reads_the_density_pass_geometry_features(renderer, exact):
         density_hidden=16,
         geometry_features=5,
         renderer=renderer,
+        contraction=contraction,
     )
     model.density.encoding.table.data.uniform_(-1, 1)
     model.density.add_(2.0)  # opaque enough that many samples are coloured
