@@ -55,7 +55,8 @@
 # while DirectVoxGO trains on the held-out ones, then the winner on the held-out ones), after a
 # smoke run of configs/nerf_multires.toml on the GPU (captured steps; the pipeline starts only
 # if it passes), then waited for up to POOL_WAIT seconds; `tune-wait` waits again. Each call
-# copies the pipeline's log, choice.json and both tables so far to $OUT/tune_report.
+# copies the pipeline's log, both tables so far (tables.md) and an archive of the rest
+# (tune_report.tgz: JSON, choice, stdout, every run's log) to $OUT/tune_report.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=$1
@@ -230,13 +231,15 @@ if [ "$what" = tune-report ] || [ "$what" = tune-wait ]; then
   [ -d "$tune" ] || { echo "tune-wait: no pipeline on this machine ($tune absent)"; exit 2; }
   end=$(($(date +%s) + ${POOL_WAIT:-540}))
   while [ ! -f "$tune/pipeline.rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  # Three files: some hosts bring back only a few files a call, so the tables stay apart
+  # and the rest (JSON, choice, stdout, every run's log) travels as one archive.
   mkdir -p "$OUT/tune_report"
-  cp "$tune"/pipeline.log "$tune"/stdout.log "$tune"/choice.json "$OUT/tune_report/" 2>/dev/null
-  for half in tune report; do
-    cp "$tune/$half/out/scenes.md" "$OUT/tune_report/$half.md" 2>/dev/null
-    cp "$tune/$half/out/scenes.json" "$OUT/tune_report/$half.json" 2>/dev/null
-    [ -d "$tune/$half/logs" ] && tar czf "$OUT/tune_report/${half}_logs.tgz" -C "$tune/$half" logs
-  done
+  cp "$tune"/pipeline.log "$OUT/tune_report/" 2>/dev/null
+  { cat "$tune/tune/out/scenes.md"; echo; cat "$tune/report/out/scenes.md"; } \
+    >"$OUT/tune_report/tables.md" 2>/dev/null
+  (cd "$tune" && tar czf "$OUT/tune_report/tune_report.tgz" --ignore-failed-read \
+    pipeline.log stdout.log choice.json tune/out/scenes.md tune/out/scenes.json tune/logs \
+    report/out/scenes.md report/out/scenes.json report/logs 2>/dev/null)
   cat "$tune/pipeline.log" 2>/dev/null; cat "$tune/report/out/scenes.md" 2>/dev/null | tail -n 30
   if [ -f "$tune/pipeline.rc" ]; then
     echo "pipeline exited $(cat "$tune/pipeline.rc")"; status=$(cat "$tune/pipeline.rc")
