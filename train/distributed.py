@@ -51,6 +51,9 @@ LOADED = time.perf_counter()
 
 ENV_KEYS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 MESSAGE_BYTES = 1024  # longest error line passed between ranks
+#: Gradients with fewer elements are averaged together in one flat buffer (an MLP's
+#: layers: thousands of floats each); larger ones (grids, tables) each in place.
+SMALL_GRADIENT = 1 << 18
 
 
 class AgreedError(ConfigError):
@@ -153,10 +156,13 @@ class World:
     ) -> None:
         """Replace each parameter's `.grad` by its mean over the ranks, in place.
 
-        One `all_reduce` per parameter on its gradient tensor: no copy into buckets, as
-        `DistributedDataParallel` makes, and no wrapper (the grids change shape at every
-        upsample, which DDP does not allow). A parameter without a gradient on this rank
-        gets zeros first, so every rank runs the same collectives.
+        One `all_reduce` per large gradient in place, and one for all the small ones
+        together (fewer than SMALL_GRADIENT elements, of one dtype: the MLPs' layers and
+        codes, copied into one flat buffer and back, as `DistributedDataParallel`'s buckets
+        do): a collective's fixed cost, not its bytes, is what a small layer's costs. No
+        wrapper: the grids change shape at every upsample, which DDP does not allow. A
+        parameter without a gradient on this rank gets zeros first, so every rank runs the
+        same collectives.
 
         `support` maps a parameter (by identity) to the rows of `p.grad.view(-1, F)` that
         may be non-zero on some rank, the same int64 index tensor on every rank (a NeRF's
@@ -167,10 +173,14 @@ class World:
         if self.size == 1:
             return
         support = support or {}
+        small: dict[torch.dtype, list[Tensor]] = {}  # the small gradients, by dtype
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             rows = support.get(p)
+            if rows is None and p.grad.numel() < SMALL_GRADIENT:
+                small.setdefault(p.grad.dtype, []).append(p.grad)
+                continue
             if rows is None:
                 self._average(p.grad)
                 continue
@@ -178,11 +188,17 @@ class World:
             packed = grad.index_select(0, rows)  # [K, F]
             self._average(packed)
             grad.index_copy_(0, rows, packed)
+        for grads in small.values():
+            flat = torch.cat([g.reshape(-1) for g in grads])  # [sum of numel]
+            self._average(flat)
+            for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+                g.copy_(part.view_as(g))
 
     def _average(self, tensor: Tensor) -> None:
         self.traffic["bytes"] = (
             self.traffic.get("bytes", 0) + tensor.numel() * tensor.element_size()
         )
+        self.traffic["all_reduces"] = self.traffic.get("all_reduces", 0) + 1
         if tensor.is_cuda:
             dist.all_reduce(tensor, op=dist.ReduceOp.AVG)  # NCCL divides in the kernel
         else:  # gloo has no AVG

@@ -477,6 +477,8 @@ class _Training:
         if world.size > 1:  # the gradient averaging's all-reduced bytes (World.traffic)
             averaged = world.traffic.get("bytes", 0) / max(step - self.first_step, 1)
             summary["gradient_mb_averaged_per_step"] = averaged / 2**20
+            calls = world.traffic.get("all_reduces", 0) / max(step - self.first_step, 1)
+            summary["gradient_all_reduces_per_step"] = calls
 
         def checkpoint() -> None:
             save_checkpoint(self.out / CHECKPOINT, self.state())

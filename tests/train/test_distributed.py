@@ -47,6 +47,8 @@ FIELD = sets(
     "train.upsample_steps=[16]",
     "train.upsample_resolutions=[[12, 10, 9]]",
 )
+# a table of 6 x 2^15 x 2 = 393k floats: averaged in place, its MLPs' layers together
+MULTIRES_LARGE = (*MULTIRES, "multires.log2_table_size=15")
 NERF_KEYS = ("train.steps=40", "eval.every=20", "output.checkpoint_every=0")
 # the upsample at step 20 also fits the box (each rank finds one, the ranks average them)
 NERF_CHANGES = (
@@ -125,7 +127,7 @@ def runs(tmp_path_factory):
         ["--out", str(d / "nerf_two"), *nerf_args(scene), *sets("nerf.sparse_average=1")],
         ["--out", str(d / "sdf_two"), *sets(*SDF_SHORT)],
         ["--out", str(d / "weak"), *FIELD, *sets("train.scaling=weak", "train.batch_size=256")],
-        ["--out", str(d / "multires_two"), *nerf_args(scene), *sets(*MULTIRES)],
+        ["--out", str(d / "multires_two"), *nerf_args(scene), *sets(*MULTIRES_LARGE)],
     ]
     ranks, models = spawn(d, jobs)
     return d, ranks, models, scene
@@ -261,7 +263,7 @@ def test_multires_nerf_two_ranks_equal_one_process(runs, tmp_path):
         other = models[9][1][key]
         assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other
     assert any("table" in key for key in models[9][0]), list(models[9][0])
-    args = [*nerf_args(scene), *sets(*MULTIRES)]
+    args = [*nerf_args(scene), *sets(*MULTIRES_LARGE)]
     assert main(["--out", str(tmp_path / "multires_one"), *args]) == 0
     one, two = final_state(tmp_path / "multires_one"), final_state(d / "multires_two")
     assert one["step"] == two["step"]
@@ -273,6 +275,9 @@ def test_multires_nerf_two_ranks_equal_one_process(runs, tmp_path):
             assert (a - b).norm() <= 1e-3 * a.norm(), key
         else:
             assert (a != b).float().mean() < 1e-3, key
+    # the table in place, the two MLPs' layers' gradients together in one flat buffer
+    summary = json.loads((d / "multires_two" / "summary.json").read_text())
+    assert summary["gradient_all_reduces_per_step"] == 2, summary
     a, b = records(tmp_path / "multires_one"), records(d / "multires_two")
     assert len(a) == len(b) >= 2
     for ra, rb in zip(a, b, strict=True):
