@@ -2,7 +2,10 @@
 `grid.sample` with the fused renderer ("native": the native ray marcher and compositor, no
 host synchronisation) against the same model on `F.grid_sample` with the plain-PyTorch
 renderer ("grid_sample", the baseline) and on `grid.sample` with the plain-PyTorch renderer
-("native_torch", the step before the fused renderer).
+("native_torch", the step before the fused renderer). A multires config
+(`nerf.density_encoding = "multires"`) has no grid_sample twin: its rows are native and
+native_torch alone ("-" in the grid_sample columns). The step's optimiser is the
+experiment's own (train/nerf/optimizer.py).
 
     python bench/training/bench_nerf.py --config configs/nerf_scene_gpu.toml
                                [--checkpoint RUN/checkpoint.pt]
@@ -45,7 +48,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 
-import grid  # noqa: E402
 from bench.harness import (  # noqa: E402
     ROOT,
     Ctx,
@@ -63,7 +65,14 @@ from train.loop import select_device  # noqa: E402
 from train.nerf.experiment import NerfExperiment, make_model  # noqa: E402
 from train.nerf.model.capacity import SampleCapacity  # noqa: E402
 from train.nerf.model.voxel_nerf import VoxelNeRF  # noqa: E402
+from train.nerf.optimizer import make_optimizer  # noqa: E402
 from train.step_graph import GraphedStep, eager_step  # noqa: E402
+
+
+def has_twin(model: VoxelNeRF) -> bool:
+    """Whether the model has a grid_sample twin: dense grids only (a multires table or
+    density network has none; its rows compare the fused and torch renderers alone)."""
+    return all(hasattr(m, "features") for m in (model.density, model.color) if m is not None)
 
 
 def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
@@ -85,19 +94,9 @@ def to_channels_first(native: VoxelNeRF, config) -> VoxelNeRF:
 
 
 def step_fn(model: VoxelNeRF, exp: NerfExperiment, index: torch.Tensor, tv_weight: float):
-    """One training step on fixed rays, with the experiment's optimiser settings."""
-    fused = exp.device.type == "cuda"
-    groups = [
-        {"params": [model.density.features], "lr": 1e-3},
-        {"params": [model.color.features], "lr": 1e-3},
-        {"params": list(model.mlp.parameters()), "lr": 1e-4},
-    ]
-    betas = tuple(exp.config.train.betas)
-    if exp.config.nerf.optimizer == "masked_adam":  # as NerfExperiment.make_optimizer
-        groups[2]["skip_zero_grad"] = False
-        opt = grid.MaskedAdam(groups, betas=betas)
-    else:
-        opt = torch.optim.Adam(groups, betas=betas, fused=fused)
+    """One training step on fixed rays, with the experiment's optimiser (its groups and
+    `nerf.optimizer`, train/nerf/optimizer.py) over `model`."""
+    opt = make_optimizer(exp.config, model, None, graphed=False, device=exp.device)
     o, d, target = exp.rays.take(index)
     info = {}
 
@@ -121,24 +120,26 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
     if state == "dense":
         native.occupancy.fill_(True)
         native.weight_threshold = 0.0
-    other = to_channels_first(native, exp.config)
+    other = to_channels_first(native, exp.config) if has_twin(native) else None
     native_torch = copy.deepcopy(native)
     native_torch.renderer = "torch"
     o, d, _ = exp.rays.take(index)
     with torch.no_grad():
         a = native.render(o, d, exp.background)["rgb"]
-        b = other.render(o, d, exp.background)["rgb"]
         c = native_torch.render(o, d, exp.background)["rgb"]
+        b = a if other is None else other.render(o, d, exp.background)["rgb"]
     row = {
         "workload": "N1",
         "state": state,
         "rays": index.numel(),
-        "rgb_max_abs_diff": float((a - b).abs().max()),
+        "rgb_max_abs_diff": None if other is None else float((a - b).abs().max()),
         "rgb_max_abs_diff_torch_renderer": float((a - c).abs().max()),
+        "grid_sample": None,  # no twin: a multires model
     }
     dev = exp.device
     warm, reps = ctx.warmup[dev.type], ctx.reps[dev.type]
-    models = (("native", native), ("native_torch", native_torch), ("grid_sample", other))
+    models = [("native", native), ("native_torch", native_torch)]
+    models += [] if other is None else [("grid_sample", other)]
     for name, model in models:
         step, info = step_fn(model, exp, index, exp.config.train.tv_weight)
         queued, error = attempt(lambda step=step: timeit(step, dev, warm, reps))
@@ -153,8 +154,8 @@ def bench_state(ctx: Ctx, exp: NerfExperiment, state: str, index: torch.Tensor) 
     dropped = native.capacity.dropped
     row["native_samples_dropped"] = 0 if dropped is None else int(dropped)
     for method in ("queued", "synced"):
-        ours, base = row["native"][method], row["grid_sample"][method]
-        before = row["native_torch"][method]
+        ours, before = row["native"][method], row["native_torch"][method]
+        base = row["grid_sample"][method] if row["grid_sample"] else None
         if ours and base:
             row[f"speedup_{method}"] = base["median"] / ours["median"]
             row[f"native_steps_per_s_{method}"] = 1e3 / ours["median"]
@@ -195,7 +196,9 @@ def loop_step(args, checkpoint: dict | None, device: torch.device, overrides=(),
     return step, exp, runner
 
 
-def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) -> dict:
+def bench_loop(
+    ctx: Ctx, args, checkpoint: dict | None, device: torch.device, twin: bool = True
+) -> dict:
     """N1 loop: the training loop's step (`begin_step`, then the step: captured as CUDA
     graphs or op by op, train/step_graph.py) on random batches from the checkpoint's step
     on, occupancy refreshes and buffer measurements included. "back to back": `calls`
@@ -204,7 +207,10 @@ def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) ->
     warm, reps = ctx.warmup[device.type], ctx.reps[device.type]
     calls = 20
     row = {"workload": "N1 loop", "state": "trained", "calls": calls}
+    row["grid_sample"] = None  # stays so without a grid_sample twin (`twin`: a dense model)
     for name, overrides in LOOP_MODES:
+        if name == "grid_sample" and not twin:
+            continue
         step, exp, runner = loop_step(args, checkpoint, device, overrides, name == "grid_sample")
         for _ in range(warm):
             step()
@@ -216,7 +222,7 @@ def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) ->
         del exp, runner
         free_memory()
     for method in ("back_to_back", "synced"):
-        base = row["grid_sample"][method]
+        base = row["grid_sample"][method] if row["grid_sample"] else None
         for name in ("native_graph", "native"):
             ours = row[name][method]
             if ours and base:
@@ -226,6 +232,8 @@ def bench_loop(ctx: Ctx, args, checkpoint: dict | None, device: torch.device) ->
 
 def loop_markdown(row: dict) -> list[str]:
     def ms(name, method):
+        if row[name] is None:
+            return "-"  # no grid_sample twin
         stats = row[name][method]
         return fmt_ms(stats["median"]) if stats else "ERROR"
 
@@ -260,11 +268,10 @@ def profile(exp: NerfExperiment, index: torch.Tensor, steps: int = 5) -> None:
     key = "cuda_time_total" if exp.device.type == "cuda" else "cpu_time_total"
     native_torch = copy.deepcopy(exp.model)
     native_torch.renderer = "torch"
-    for name, model in (
-        ("native", exp.model),
-        ("native_torch", native_torch),
-        ("grid_sample", to_channels_first(exp.model, exp.config)),
-    ):
+    models = [("native", exp.model), ("native_torch", native_torch)]
+    if has_twin(exp.model):
+        models.append(("grid_sample", to_channels_first(exp.model, exp.config)))
+    for name, model in models:
         step, _ = step_fn(model, exp, index, exp.config.train.tv_weight)
         for _ in range(3):
             step()
@@ -328,6 +335,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     for r in rows:
 
         def ms(who, method, r=r):
+            if r[who] is None:
+                return "-"  # no grid_sample twin
             stats = r[who][method]
             return fmt_ms(stats["median"]) if stats else "ERROR"
 
@@ -406,9 +415,10 @@ def main(argv=None) -> int:
     if args.profile:
         profile(exp, index)
     rows = [bench_state(ctx, exp, state, index) for state in ("trained", "dense")]
+    twin = has_twin(exp.model)
     del exp
     free_memory()
-    loop = bench_loop(ctx, args, checkpoint, device)
+    loop = bench_loop(ctx, args, checkpoint, device, twin)
     table = "\n".join([markdown(rows, meta), *loop_markdown(loop)])
     rows.append(loop)
     print(table)

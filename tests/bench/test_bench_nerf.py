@@ -1,5 +1,6 @@
-"""bench/training/bench_nerf.py --profile-loop on the CPU: it profiles the training loop's own step
-(the native ops, from a checkpoint's step on) and prints a table whose shares add up."""
+"""bench/training/bench_nerf.py on the CPU: --profile-loop profiles the training loop's own step
+(the native ops, from a checkpoint's step on) and prints a table whose shares add up; a
+multires config is timed without a grid_sample twin."""
 
 from __future__ import annotations
 
@@ -53,3 +54,29 @@ def test_profile_loop_from_a_checkpoint(tmp_path, capsys):
     assert sum(float(share) for _, share, _ in rows) <= 100.5
     names = {name for _, _, name in rows}
     assert {"grid::sample", "grid::sample_backward", "grid::march_rays_fill"} & names
+
+
+def test_a_multires_config_times_both_renderers_and_no_grid_sample_twin(tmp_path, capsys):
+    """A multires model has no F.grid_sample twin: the N1 rows time the fused and torch
+    renderers with the experiment's optimiser, the grid_sample cells read "-", and the
+    JSON says None (it crashed on the missing dense grids before)."""
+    import json
+
+    overrides = [f"data.path={tmp_path / 'scene'}", "data.generate=true", *SMALL]
+    overrides += ["multires.levels=4", "multires.log2_table_size=10"]
+    overrides += ["multires.finest_resolution=32"]
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    config = ROOT / "configs" / "nerf_multires.toml"
+    out = tmp_path / "bench.json"
+    argv = ["--config", str(config), *sets, "--warmup", "1", "--reps", "2", "--json", str(out)]
+    assert bench_nerf.main([*argv, "--profile"]) == 0
+    printed = capsys.readouterr().out
+    assert "profile, native_torch" in printed and "profile, grid_sample" not in printed
+    rows = json.loads(out.read_text())["rows"]
+    for row in rows[:2]:  # trained, dense
+        assert row["grid_sample"] is None and row["rgb_max_abs_diff"] is None
+        assert row["native"]["synced"]["median"] > 0 and row["native_torch"]["queued"]
+        assert row["rgb_max_abs_diff_torch_renderer"] < 1e-4
+    loop = rows[2]
+    assert loop["grid_sample"] is None and loop["native"]["synced"]["median"] > 0
+    assert "| N1 | trained | " in printed and "| grid_sample | - | - | - | - |" in printed
