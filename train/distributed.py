@@ -71,7 +71,8 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    #: what `average_gradients` moved so far: "bytes" (summed over its all-reduces)
+    #: what `average_gradients` did so far: "bytes" (summed over its all-reduces) and
+    #: "all_reduces" (how many)
     traffic: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -159,7 +160,7 @@ class World:
         One `all_reduce` per large gradient in place, and one for all the small ones
         together (fewer than SMALL_GRADIENT elements, of one dtype: the MLPs' layers and
         codes, copied into one flat buffer and back, as `DistributedDataParallel`'s buckets
-        do): a collective's fixed cost, not its bytes, is what a small layer's costs. No
+        do): a small layer's collective costs its fixed latency, not its bytes. No
         wrapper: the grids change shape at every upsample, which DDP does not allow. A
         parameter without a gradient on this rank gets zeros first, so every rank runs the
         same collectives.
@@ -168,7 +169,8 @@ class World:
         may be non-zero on some rank, the same int64 index tensor on every rank (a NeRF's
         colour grid: the voxels around occupied cells, `NerfExperiment.gradient_support`):
         only those rows are packed, averaged and put back, and the others stay as they are
-        (zero on every rank). The bytes averaged are counted in `traffic`.
+        (zero on every rank). The bytes averaged and the collectives are counted in
+        `traffic`.
         """
         if self.size == 1:
             return
