@@ -41,9 +41,10 @@ from .config import graph_problem
 from .data.rays import TrainingRays
 from .evaluation import background_errors, background_metrics, seconds_to
 from .model.appearance import color_correct, make_appearance
+from .model.capacity import capacity_key
 from .model.fit_box import box_resolution, surface_box
 from .model.losses import auxiliary_losses
-from .model.voxel_nerf import VoxelNeRF, capacity_key
+from .model.voxel_nerf import VoxelNeRF
 from .optimizer import lr_factor, make_optimizer, set_levels
 from .scene_path import ensure_scene_once
 

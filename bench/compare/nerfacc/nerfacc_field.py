@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import grid
+from train.nerf.model.color_mlp import color_mlp
 from train.nerf.model.encoding import positional_encoding  # VoxelNeRF's view encoding
-from train.nerf.model.voxel_nerf import color_mlp
 
 BACKENDS = ("ours", "grid_sample")
 

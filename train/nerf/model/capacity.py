@@ -11,6 +11,7 @@ them every step would stall the step on the GPU, so `SampleCapacity` measures th
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -96,3 +97,12 @@ def compact(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
     out.scatter_(0, slot, torch.arange(n, device=mask.device))
     count = position[-1] + 1 if n else position.new_zeros(())
     return out[:size], count
+
+
+def capacity_key(model: Any, dtype: torch.dtype) -> tuple:
+    """The state a `SampleCapacity` plan of `model`'s (a `VoxelNeRF`'s) fused renders holds
+    for: the occupancy
+    flags (the tensor and its version: an upsample replaces it, a refresh updates it), the
+    weight threshold, the rays' dtype."""
+    flags = model.occupancy_grid.flags
+    return (flags.data_ptr(), flags._version, model.weight_threshold, dtype)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .voxel_nerf import VoxelNeRF, mean_spacing
+from .grids import mean_spacing
+from .voxel_nerf import VoxelNeRF
 
 
 @torch.no_grad()

@@ -59,31 +59,14 @@ from grid import MultiresGrid, OccupancyGrid, VoxelGrid
 from grid.contraction import CONTRACTED_BOUNDS
 
 from ..choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
-from .capacity import SampleCapacity
+from .capacity import SampleCapacity, capacity_key
+from .color_mlp import color_mlp
 from .density_activation import activate, density_shift, raw_density
 from .encoding import positional_encoding
-from .grids import make_grid, triple
-from .linear import Linear
+from .grids import make_grid, mean_spacing, triple
 from .multires_fields import MultiresDensity, shared_fields
 from .render import RgbFn, SigmaFn, render_fused, render_torch
 from .render_contracted import render_contracted
-
-
-def color_mlp(
-    features: int, view_frequencies: int, hidden: int, device: torch.device | str | None
-) -> nn.Sequential:
-    """The colour MLP: [features, PE(view direction) with `view_frequencies`] -> 3 raw
-    colours (before the sigmoid), two hidden ReLU layers of `hidden`, output bias zero."""
-    view_dim = 3 * (1 + 2 * view_frequencies)
-    mlp = nn.Sequential(  # bias gradients as products (train/nerf/model/linear.py)
-        Linear(features + view_dim, hidden),
-        nn.ReLU(inplace=True),
-        Linear(hidden, hidden),
-        nn.ReLU(inplace=True),
-        Linear(hidden, 3),
-    ).to(device)
-    nn.init.zeros_(mlp[-1].bias)
-    return mlp
 
 
 class VoxelNeRF(nn.Module):
@@ -495,20 +478,3 @@ class VoxelNeRF(nn.Module):
             accs.append(out["acc"])
         rgb = torch.cat(rgbs).reshape(*shape, 3)
         return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
-
-
-def mean_spacing(bounds: Sequence[Sequence[float]], resolution: Sequence[int]) -> float:
-    """Geometric mean of the voxel spacings of a `resolution` grid (corners on the faces)
-    over the box `bounds`, in plain floats: called every step, where CPU tensors cost tens
-    of microseconds of host time."""
-    lo, hi = bounds
-    spacings = [(b - a) / (n - 1) for a, b, n in zip(lo, hi, resolution, strict=True)]
-    return math.prod(spacings) ** (1 / 3)
-
-
-def capacity_key(model: VoxelNeRF, dtype: torch.dtype) -> tuple:
-    """The state a `SampleCapacity` plan of `model`'s fused renders holds for: the occupancy
-    flags (the tensor and its version: an upsample replaces it, a refresh updates it), the
-    weight threshold, the rays' dtype."""
-    flags = model.occupancy_grid.flags
-    return (flags.data_ptr(), flags._version, model.weight_threshold, dtype)
