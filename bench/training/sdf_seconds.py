@@ -53,6 +53,7 @@ def run_once(points: Path, config: Path, resolution: int, mode: str, out: Path) 
         "chamfer_box": summary.get("chamfer_box"),
         "mesh_components": summary.get("mesh_components"),
         "phases": summary["phases"],
+        "phase_parts": summary.get("phase_parts", {}),
         "device": summary["device"],
     }
 
@@ -61,13 +62,15 @@ def table(rows: list[dict]) -> str:
     keys = ["start_up", "setup", "train", "evaluations_and_checkpoints", "files", "pictures"]
     head = (
         "| points | res | mode | to mesh.ply | whole | "
-        + " | ".join(keys)
+        + " | ".join(keys[:1] + ["(import torch)"] + keys[1:])
         + " | mesh | Chamfer/box |"
     )
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         p = r["phases"]
         cells = [f"{p[k]:.2f}" if k in p else "-" for k in keys]
+        torch_s = r["phase_parts"].get("start_up", {}).get("import_torch")
+        cells.insert(1, "-" if torch_s is None else f"{torch_s:.2f}")
         chamfer = f"{r['chamfer_box']:.3e}" if r["chamfer_box"] is not None else "-"
         lines.append(
             f"| {r['points']} | {r['resolution']} | {r['mode']} | {r['to_mesh_ply']:.2f} s | "
