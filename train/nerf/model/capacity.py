@@ -101,8 +101,7 @@ def compact(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
 
 def capacity_key(model: Any, dtype: torch.dtype) -> tuple:
     """The state a `SampleCapacity` plan of `model`'s (a `VoxelNeRF`'s) fused renders holds
-    for: the occupancy
-    flags (the tensor and its version: an upsample replaces it, a refresh updates it), the
-    weight threshold, the rays' dtype."""
+    for: the occupancy flags (the tensor and its version: an upsample replaces it, a refresh
+    updates it), the weight threshold, the rays' dtype."""
     flags = model.occupancy_grid.flags
     return (flags.data_ptr(), flags._version, model.weight_threshold, dtype)

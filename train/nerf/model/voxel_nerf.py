@@ -411,10 +411,10 @@ class VoxelNeRF(nn.Module):
             no gradient) and sample_ray [V] (their ray, in [0, R]: the fused renderer's
             padding rows have weight 0 and ray R).
         """
+        if self.contraction != "none" and jitter is not None:
+            raise ValueError("jitter: not with a contraction (grid.sample_contracted has none)")
+        sigma_fn, rgb_fn = self.fields(directions)
         if self.contraction != "none":
-            if jitter is not None:
-                raise ValueError("jitter: not with a contraction (grid.sample_contracted has none)")
-            sigma_fn, rgb_fn = self.fields(directions)
             return render_contracted(
                 origins,
                 directions,
@@ -431,7 +431,6 @@ class VoxelNeRF(nn.Module):
                 fused=self.renderer == "fused",
                 near=near,
             )
-        sigma_fn, rgb_fn = self.fields(directions)
         common = dict(
             sigma_fn=sigma_fn,
             rgb_fn=rgb_fn,
