@@ -190,3 +190,28 @@ def test_nerf_renderers_take_functions_not_the_model():
         parameters = inspect.signature(render).parameters
         assert "model" not in parameters and "sigma_fn" in parameters, render.__name__
         assert "rgb_fn" in parameters, render.__name__
+
+
+#: The top level the design card fixes, and the small config files beside it.
+TOP_LEVEL = {
+    *("setup.py", "grid", "csrc", "train", "configs", "tests", "README.md"),
+    *("bench", "docs", ".ci"),
+    *(".clang-format", ".gitignore", "LICENSE", "MANIFEST.in", "mkdocs.yml"),
+    *("pyproject.toml", "ruff.toml"),
+}
+
+
+def test_the_top_level_holds_only_the_design_cards_entries():
+    """What git tracks at the top (a stray wheel or log committed by accident fails here)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    top = {line.split("/")[0] for line in out.splitlines() if line}
+    assert top <= TOP_LEVEL, f"unexpected at the top level: {sorted(top - TOP_LEVEL)}"
