@@ -1,8 +1,12 @@
 // CUDA forward of grid::multires, one launch for every level: a thread per (point, group of
 // levels), the group on blockIdx.y (multires_level_group: 4 levels of F = 2 float32), so the
 // blocks in flight read one group's rows, which stay in L2, and each thread writes its point's
-// group as one 32-byte sector. Each level's eight rows come from csrc/multires_math.h.
+// group as one 32-byte sector. Each level's eight rows come from csrc/multires_math.h; rows of
+// 8 bytes are read in x-corner pairs (multires_load_rows_paired), as the kernel is bound by
+// L2's sector requests (bench/notes/ops.md, R1 v4).
 #include <torch/library.h>
+
+#include <cstdint>
 
 #include "checks.h"
 #include "cuda_utils.cuh"
@@ -14,8 +18,33 @@
 namespace grid {
 namespace {
 
+// The eight rows of one cell, x-corner pairs (k, k + 4) from one 16-byte load where both
+// rows sit in one aligned pair of rows (instant-ngp's hash keeps x's low bit: half the
+// cells, dense or hashed): fewer L1 requests and L2 sectors than eight 8-byte loads.
+// Needs rows of 8 bytes, an even T and a 16-byte aligned table.
+template <typename scalar_t, int kF>
+__device__ __forceinline__ void multires_load_rows_paired(const scalar_t* level_rows,
+                                                          const uint32_t (&row)[8],
+                                                          Vec<scalar_t, kF> (&v)[8]) {
+  static_assert(kF * sizeof(scalar_t) == 8, "paired rows are 8 bytes");
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t a = row[k], b = row[k + 4], base = a & ~1u;
+    const Vec<scalar_t, 2 * kF> pair = load_vec<scalar_t, 2 * kF>(level_rows + base * kF);
+#pragma unroll
+    for (int f = 0; f < kF; ++f) v[k].v[f] = pair.v[(a & 1u) * kF + f];
+    if ((b & ~1u) == base) {
+#pragma unroll
+      for (int f = 0; f < kF; ++f) v[k + 4].v[f] = pair.v[(b & 1u) * kF + f];
+    } else {
+      v[k + 4] = load_vec<scalar_t, kF>(level_rows + b * kF);
+    }
+  }
+}
+
 // kVec: each row of kF values read (and each output row written) as one vector access.
-template <typename scalar_t, typename point_t, int kF, bool kVec>
+// kPair: the rows by multires_load_rows_paired.
+template <typename scalar_t, typename point_t, int kF, bool kVec, bool kPair = false>
 __global__ void __launch_bounds__(kThreads)
     multires_forward_kernel(const scalar_t* __restrict__ table,  // [L, T, F] contiguous
                             const point_t* __restrict__ points,  // [N, 3]
@@ -35,9 +64,14 @@ __global__ void __launch_bounds__(kThreads)
     corner_weights(cell.t[0], cell.t[1], cell.t[2], w);
     if constexpr (kVec) {
       Vec<scalar_t, kF> v[8];  // the eight loads in flight before the first use
+      if constexpr (kPair) {
+        multires_load_rows_paired<scalar_t, kF>(table + multires_row_offset(levels, l, 0, kF),
+                                                cell.row, v);
+      } else {
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
-        v[k] = load_vec<scalar_t, kF>(table + multires_row_offset(levels, l, cell.row[k], kF));
+        for (int k = 0; k < 8; ++k)
+          v[k] = load_vec<scalar_t, kF>(table + multires_row_offset(levels, l, cell.row[k], kF));
+      }
       acc_t sum[kF] = {};
 #pragma unroll
       for (int k = 0; k < 8; ++k)
@@ -82,10 +116,21 @@ at::Tensor multires_forward_cuda(const at::Tensor& table_in,   // [L, T, F]
       dispatch_bool(vector, [&](auto kv) {
         constexpr bool kVec = decltype(kv)::value && multires_vector_width_ok<scalar_t, kF>();
         const int group = multires_level_group(levels, sizeof(scalar_t));
-        multires_forward_kernel<scalar_t, point_t, kF, kVec>
-            <<<multires_group_blocks(N, levels, group), kThreads, 0, stream>>>(
-                table.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
-                levels, group, N);
+        constexpr bool kPairOk = kVec && kF * sizeof(scalar_t) == 8;
+        const bool pair =
+            kPairOk && levels.T % 2 == 0 && reinterpret_cast<uintptr_t>(table.data_ptr()) % 16 == 0;
+        const dim3 blocks = multires_group_blocks(N, levels, group);
+        if (pair) {
+          if constexpr (kPairOk)
+            multires_forward_kernel<scalar_t, point_t, kF, kVec, true>
+                <<<blocks, kThreads, 0, stream>>>(table.data_ptr<scalar_t>(),
+                                                  points.data_ptr<point_t>(),
+                                                  out.data_ptr<scalar_t>(), levels, group, N);
+        } else {
+          multires_forward_kernel<scalar_t, point_t, kF, kVec><<<blocks, kThreads, 0, stream>>>(
+              table.data_ptr<scalar_t>(), points.data_ptr<point_t>(), out.data_ptr<scalar_t>(),
+              levels, group, N);
+        }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });
