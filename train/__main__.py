@@ -196,6 +196,10 @@ def _main(argv: list[str] | None) -> int:
     else:  # every rank fails alike on bad arguments; rank 0 says why
         with contextlib.redirect_stderr(io.StringIO()):
             args = _parser().parse_args(argv)
+    if argv is None:  # the command: CUDA's start overlaps torch's import
+        from . import cuda_warmup
+
+        cuda_warmup.start(args)
     from . import distributed
 
     world = distributed.start()
