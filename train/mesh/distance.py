@@ -1,13 +1,14 @@
 """Exact distances to points and to a triangle mesh, and the components of a mesh that
 lie near points (`supported_components`).
 
-Distances use scipy's k-d tree (the sdf extra) and are exact:
-`distance_to_mesh` finds the nearest point on the triangles, not the nearest vertex.
+Distances use scipy's k-d tree (the sdf extra; to points, brute force on a GPU) and are
+exact: `distance_to_mesh` finds the nearest point on the triangles, not the nearest vertex.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from .triangles import Mesh, face_components
 
@@ -17,19 +18,21 @@ def supported_components(
     points: np.ndarray,
     ratio: float,
     components: tuple[np.ndarray, np.ndarray] | None = None,
+    device: torch.device | None = None,
 ) -> tuple[Mesh, int, int]:
     """The mesh without the connected components that the points do not support: those
     whose median distance from their vertices to the nearest of points [P, 3] is more than
     `ratio` times the median over all the mesh's vertices (so the test scales with the
     points' spacing and the voxel size by itself; the best supported component is always
-    kept). `components`: the mesh's `face_components`, when already known. Returns (mesh,
-    components removed, faces removed)."""
+    kept). `components`: the mesh's `face_components`, when already known; `device`: where
+    the distances are measured (`distance_to_points`). Returns (mesh, components removed,
+    faces removed)."""
     if len(mesh.faces) == 0:
         return mesh, 0, 0
     label, sizes = components or face_components(mesh.faces, len(mesh.vertices))
     used = np.unique(mesh.faces.reshape(-1))
     distance = np.zeros(len(mesh.vertices))
-    distance[used] = distance_to_points(mesh.vertices[used], points)
+    distance[used] = distance_to_points(mesh.vertices[used], points, device)
     limit = ratio * float(np.median(distance[used]))
     vertex_label = np.zeros(len(mesh.vertices), dtype=np.int64)
     vertex_label[mesh.faces.reshape(-1)] = np.repeat(label, 3)
@@ -49,8 +52,22 @@ def supported_components(
     return out, int((~keep).sum()), int((~kept_faces).sum())
 
 
-def distance_to_points(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """[Q] distances from each of queries [Q, 3] to the nearest of points [P, 3]."""
+def distance_to_points(
+    queries: np.ndarray, points: np.ndarray, device: torch.device | None = None
+) -> np.ndarray:
+    """[Q] distances from each of queries [Q, 3] to the nearest of points [P, 3]: scipy's
+    k-d tree, or on a CUDA `device` every pair in chunks: the nearest by `torch.cdist`'s
+    matrix-product form (float32), its distance measured again from the difference in
+    float64 (the product form's cancellation is ~3e-4 at distance 0 in a unit box; it can
+    only swap points whose distances differ by less). 76k vertices among 100k points in
+    milliseconds, and no scipy import (0.2-0.3 s of a GPU host's points-to-mesh command)."""
+    if device is not None and torch.device(device).type == "cuda":
+        q = torch.as_tensor(queries).to(device)
+        p = torch.as_tensor(points).to(device)
+        rows = max(1, (1 << 26) // max(len(p), 1))  # 256 MB of distances at once
+        p32 = p.float()
+        nearest = torch.cat([torch.cdist(c, p32).argmin(dim=1) for c in q.float().split(rows)])
+        return (q.double() - p[nearest].double()).norm(dim=1).cpu().numpy()
     from scipy.spatial import cKDTree
 
     distance, _ = cKDTree(points).query(queries, k=1, workers=-1)

@@ -143,7 +143,7 @@ class Evaluation:
         removed = {"mesh_components": len(pieces[1])}
         if self.keep == "supported":
             mesh, components, faces = supported_components(
-                mesh, self.inputs, self.support_ratio, pieces
+                mesh, self.inputs, self.support_ratio, pieces, self.points.device
             )
             removed.update(removed_components=components, removed_faces=faces)
         self.mesh = mesh
