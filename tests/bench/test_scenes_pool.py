@@ -97,7 +97,8 @@ def _stand_in(out: Path, scene: str, name: str, fail: bool) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path):
+def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # GPUs 0 and 1 of the host
     args = _args(tmp_path, "--no-dvgo", "--run", "fast")
     rows = scenes_pool.pick("realistic,bunny_glossy,cow_mirror")
     jobs = scenes_pool.make_jobs(args, rows)
@@ -134,7 +135,8 @@ def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path):
     assert log == ""  # each job's output goes to its own log
 
 
-def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path):
+def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # GPUs 0 and 1 of the host
     args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2")
     rows = scenes_pool.pick("realistic,bunny_glossy")
     jobs = scenes_pool.make_jobs(args, rows)
