@@ -9,13 +9,14 @@ made (its runtime uses the device's primary context, the one retained here).
 Nothing depends on it: a machine without the driver, a failing call or a CPU run leaves the
 work to torch, as without it. Only the command line calls it (`python -m train`), and only
 for a run whose device is `cuda` or `auto`, on one process (torchrun's ranks pick their
-devices later).
+devices later), with a CUDA build of torch installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib.util
 import os
 import threading
 import tomllib
@@ -48,6 +49,18 @@ def config_device(args: argparse.Namespace) -> str:
         return "cpu"
 
 
+def torch_has_cuda() -> bool:
+    """Whether the installed torch is a CUDA build (its libtorch_cuda beside libtorch), known
+    without importing it: a CPU build on a GPU machine makes no context."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any(
+        (Path(folder) / "lib" / "libtorch_cuda.so").exists()
+        for folder in spec.submodule_search_locations
+    )
+
+
 def _warm(library: str) -> None:
     try:
         cuda = ctypes.CDLL(library)
@@ -67,7 +80,7 @@ def start(args: argparse.Namespace, library: str = "libcuda.so.1") -> threading.
     on one process and its device is `cuda` or `auto`; the thread (None when not started)."""
     if "WORLD_SIZE" in os.environ or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         return None
-    if config_device(args) not in ("cuda", "auto"):
+    if config_device(args) not in ("cuda", "auto") or not torch_has_cuda():
         return None
     thread = threading.Thread(target=_warm, args=(library,), name="cuda-warmup", daemon=True)
     thread.start()

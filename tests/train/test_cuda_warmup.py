@@ -43,7 +43,14 @@ def test_cpu_runs_and_torchrun_ranks_start_nothing(tmp_path: Path, monkeypatch):
     assert cuda_warmup.start(_args(sets=["device=auto"])) is None
 
 
-def test_a_missing_driver_ends_the_thread_quietly():
+def test_a_cpu_build_of_torch_starts_nothing():
+    assert cuda_warmup.torch_has_cuda() == (torch.version.cuda is not None)
+    if torch.version.cuda is None:
+        assert cuda_warmup.start(_args(sets=["device=auto"])) is None
+
+
+def test_a_missing_driver_ends_the_thread_quietly(monkeypatch):
+    monkeypatch.setattr(cuda_warmup, "torch_has_cuda", lambda: True)
     thread = cuda_warmup.start(_args(sets=["device=auto"]), library="libno_such_driver.so.1")
     assert thread is not None
     thread.join(timeout=10)
