@@ -227,6 +227,31 @@ def test_torch_compile_fullgraph(device):
 
 
 @needs_cuda
+@pytest.mark.parametrize(
+    "dtype, F", [(torch.float32, 2), (torch.float16, 4), (torch.bfloat16, 4), (torch.float32, 1)]
+)
+@pytest.mark.parametrize("layout", ["even", "odd_rows", "unaligned"])
+def test_forward_row_pairs_cuda(dtype, F, layout):
+    """The forward where rows are 8 bytes (F = 2 float32, F = 4 half) reads x-corner pairs of
+    rows with one 16-byte load (csrc/cuda/multires_forward.cu); with an odd T or a table
+    that is not 16-byte aligned it reads row by row. Every case against the reference, dense
+    and hashed levels, points inside and outside the box."""
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    rows = SHARED_T + (1 if layout == "odd_rows" else 0)
+    L = len(SHARED_RESOLUTIONS)
+    storage = torch.randn(L * rows * F + F, device="cuda", generator=gen).to(dtype)
+    start = F if layout == "unaligned" else 0  # one row in: 8-byte but not 16-byte aligned
+    table = storage[start : start + L * rows * F].view(L, rows, F)
+    assert table.is_contiguous()
+    assert (table.data_ptr() % 16 == 0) == (layout != "unaligned")
+    points = random_points((50_000,), "cuda", torch.float32, spread=1.1, generator=gen)
+    got = grid.multires(table, points, SHARED_RESOLUTIONS)
+    want = reference.multires(table.float(), points, SHARED_RESOLUTIONS)
+    tol = {} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    assert_close(got.float(), want, **tol)
+
+
+@needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_table_cuda(dtype):
     table, points = _inputs("cuda", torch.float32, shape=(3000,))
