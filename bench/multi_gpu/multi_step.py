@@ -1,11 +1,17 @@
-"""One field training step, timed piece by piece, on 1 process or under torchrun.
+"""One training step, timed piece by piece, on 1 process or under torchrun.
 
     python bench/multi_gpu/multi_step.py --resolution 256                # 1 process
     torchrun --standalone --nproc_per_node=2 bench/multi_gpu/multi_step.py --resolution 256
+    torchrun --standalone --nproc_per_node=2 bench/multi_gpu/multi_step.py \
+        --config configs/nerf_multires_gpu.toml --resolution 176 --warm-steps 2000
 
-Builds the field experiment of configs/density_256.toml at one fixed resolution and runs
-the loop's step (`train/step_graph.py`: draw the share, loss, backward, average the
-gradients, Adam) `--steps` times after a warm-up, in variants that isolate the costs:
+Builds the experiment of `--config` (default configs/density_256.toml) at one fixed
+resolution and runs the loop's step (`train/step_graph.py`: draw the share, loss, backward,
+average the gradients, Adam) `--steps` times after a warm-up, in variants that isolate the
+costs. `--warm-steps K` first trains K steps (a NeRF's occupancy grid then skips empty
+space as it does late in a run) and numbers the timed steps on from K, so the experiment's
+periodic work (the occupancy grid's updates) falls in them as in training; without it every
+step is step 10. The variants:
 
 * `loop`: the step op by op, as the loop runs it with `train.cuda_graph = "off"`;
 * `no_average`: without the gradient averaging (what the step costs without communication);
@@ -48,8 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: be
 
 from train.config import load_config  # noqa: E402
 from train.distributed import start, stop  # noqa: E402
-from train.field.experiment import FieldExperiment  # noqa: E402
-from train.loop import select_device  # noqa: E402
+from train.loop import make_experiment, select_device  # noqa: E402
 from train.step_graph import GraphedStep, eager_step, forward_backward  # noqa: E402
 
 TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")  # /proc's CPU time unit
@@ -91,7 +96,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=0, help="0: the config's")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--cuda-graph", default="auto", choices=("auto", "off"))
-    parser.add_argument("--formula-target", action="store_true")
+    parser.add_argument("--warm-steps", type=int, default=0)
+    parser.add_argument("--formula-target", action="store_true", help="the field experiment")
     parser.add_argument("--pin", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", type=Path)
@@ -111,16 +117,21 @@ def main() -> int:
         config = load_config(Path(args.config), sets)
         device = world.device(select_device(config.device))
         gen = torch.Generator(device=device).manual_seed(config.seed)
-        exp = FieldExperiment(config, device, gen, None, world)
+        exp = make_experiment(config, device, gen, None, world)
         if args.formula_target:
             exp.target.fused = exp.target.formula  # the tensor-op density, as before
+        counter = iter(range(1 << 62)) if args.warm_steps else None
+
+        def number() -> int:
+            """The step number begin_step sees: counting from 0 with --warm-steps, else 10."""
+            return next(counter) if counter is not None else 10
 
         def sync() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 
         def step(average: bool = True, none: bool = True) -> None:
-            exp.begin_step(10)
+            exp.begin_step(number())
             if average and none:
                 eager_step(exp, world)
                 return
@@ -144,11 +155,16 @@ def main() -> int:
         }
         if exp.graphed:
             runner = GraphedStep(exp, world)
-            variants["graph"] = lambda: (exp.begin_step(10), runner.step())
+            variants["graph"] = lambda: (exp.begin_step(number()), runner.step())
+        warm = variants["graph"] if exp.graphed else variants["loop"]
+        for _ in range(args.warm_steps):
+            warm()
         result = {
             "rank": world.rank,
             "ranks": world.size,
+            "config": str(args.config),
             "resolution": args.resolution,
+            "warm_steps": args.warm_steps,
             "batch_size": config.train.batch_size,
             "cuda_graph": args.cuda_graph,
             "formula_target": args.formula_target,
