@@ -72,7 +72,7 @@ def test_untrained_alpha_is_alpha_init_per_voxel():
 
 def test_stand_in_transmittance_is_a_per_ray_product():
     pytest.importorskip("nerfacc")
-    from nerfacc_cpu import transmittance
+    from bench.compare.nerfacc.nerfacc_cpu import transmittance
 
     ray = torch.tensor([0, 0, 0, 2, 2, 3])
     t0 = torch.tensor([0.0, 0.1, 0.3, 0.0, 0.2, 0.5])
@@ -89,7 +89,7 @@ def test_stand_in_transmittance_is_a_per_ray_product():
 
 def test_stand_in_samples_lie_in_the_box_and_in_occupied_cells():
     pytest.importorskip("nerfacc")
-    from nerfacc_cpu import CpuStandInEstimator
+    from bench.compare.nerfacc.nerfacc_cpu import CpuStandInEstimator
 
     est = CpuStandInEstimator(roi_aabb=[-1, -1, -1, 1, 1, 1], resolution=4)
     est.binaries[0, :2] = True  # the x < 0 half
