@@ -208,9 +208,10 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_ngp(folder: Path, device: torch.device):
-    """torch-ngp's GridEncoder at the same configuration, its CUDA source JIT-built here with
-    C++17 (its own backend.py asks for C++14, which today's torch headers reject)."""
+def build_ngp(folder: Path, device: torch.device, finest: int = FINEST):
+    """torch-ngp's GridEncoder at the same configuration (the finest level `finest` cells a
+    side), its CUDA source JIT-built here with C++17 (its own backend.py asks for C++14,
+    which today's torch headers reject)."""
     from torch.utils.cpp_extension import load  # noqa: PLC0415
 
     src = folder / "src"
@@ -228,7 +229,7 @@ def build_ngp(folder: Path, device: torch.device):
 
     return GridEncoder(
         input_dim=3, num_levels=L, level_dim=FEATURES, base_resolution=BASE,
-        log2_hashmap_size=LOG2_T, desired_resolution=FINEST,
+        log2_hashmap_size=LOG2_T, desired_resolution=finest,
     ).to(device)  # fmt: skip
 
 

@@ -4,8 +4,9 @@ decided on the mean over scenes, not on the one scene it was tuned on.
     python bench/training/bench_scenes.py --meshes DIR [--scenes a,b] [--split tune|held_out|all]
         [--config FILE] [--out DIR]
         [--data DIR] [--set KEY=VALUE ...] [--size N] [--label NAME] [--generate-only |
-        --ours-only | --dvgo-only | --gsplat-only]
+        --ours-only | --dvgo-only | --gsplat-only | --ngp-only]
         [--dvgo DIR] [--dvgo-log DIR] [--dvgo-iters C,F] [--gsplat-steps N]
+        [--ngp DIR] [--ngp-steps N]
 
 The scenes (bench/training/scene_set.py's SCENES), in two halves (`split`): the tuning half,
 on which every config value is chosen (the realistic scene, `data.scene = "realistic"`, and
@@ -33,6 +34,10 @@ below DirectVoxGO on, per half and over all.
 --generate-only generates the scenes and records their generation seconds.
 --gsplat-only trains Gaussian splatting instead (bench/compare/gsplat/gsplat_scene.py, gsplat's
 rasterizer in a program of its own; the system `gsplat` in the table, the upper anchor).
+--ngp-only trains instant-ngp's field by nerfacc's example recipe instead (bench_nerfacc.py
+--backends ngp, the hash encoding from torch-ngp's gridencoder in --ngp DIR; nerfacc installed:
+`pip install --no-index --find-links WHEELS nerfacc rich`): the system `ngp`, the field's best
+method built from other projects' parts (its seconds from step 20, as bench_nerfacc times them).
 """
 
 from __future__ import annotations
@@ -125,6 +130,9 @@ def one_scene(row: tuple, args, device: torch.device, entry: dict, dvgo_dir: Pat
     if args.gsplat_only:
         entry["gsplat"] = run_gsplat(scene, Path(args.work) / name / "gsplat", args.gsplat_steps)
         return
+    if args.ngp_only:
+        entry["ngp"] = run_ngp(scene, Path(args.work) / name / "ngp", args.ngp_steps, args.ngp)
+        return
     if not args.ours_only:
         cached = Path(args.dvgo_log) / f"{name}.log" if args.dvgo_log else None
         if cached is not None and cached.is_file():
@@ -155,6 +163,31 @@ def run_gsplat(scene: Path, work: Path, steps: int) -> dict[str, Any]:
     return json.loads((work / "gsplat.json").read_text())
 
 
+def run_ngp(scene: Path, work: Path, steps: int, ngp: str | None) -> dict[str, Any]:
+    """bench/compare/nerfacc/bench_nerfacc.py --backends ngp on `scene` as a program of its
+    own; its numbers as a system's entry (no SSIM: bench_nerfacc scores PSNR). BenchError
+    when it fails."""
+    script = ROOT / "bench" / "compare" / "nerfacc" / "bench_nerfacc.py"
+    command = [sys.executable, str(script), "--backends", "ngp", "--data", str(scene)]
+    command += ["--steps", str(steps), "--out", str(work), "--progress", "2000"]
+    command += ["--ngp", ngp] if ngp else []
+    if subprocess.run(command).returncode != 0:
+        raise BenchError(
+            f"ngp on {scene}: bench/compare/nerfacc/bench_nerfacc.py failed (its output above)"
+        )
+    run = json.loads((work / "nerfacc.json").read_text())["runs"]["ngp"]
+    peak = run.get("peak_gib")
+    return {
+        "psnr": run["psnr"],
+        "ssim": None,
+        "train_seconds": run["train_seconds"],
+        "peak_allocated": None if peak is None else peak * 2**30,
+        "steps": run["steps"],
+        "rays_per_step": run["rays_per_step"],
+        "field": run["field"],
+    }
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--meshes", default=None, help="folder of the .off meshes")
@@ -175,6 +208,9 @@ def parse_args(argv=None):
     parser.add_argument("--dvgo-iters", default=None, metavar="C,F", help="a quick check")
     parser.add_argument("--gsplat-only", action="store_true", help="Gaussian splatting alone")
     parser.add_argument("--gsplat-steps", type=int, default=30000, help="its training steps")
+    parser.add_argument("--ngp-only", action="store_true", help="the instant-ngp anchor alone")
+    parser.add_argument("--ngp", default=None, help="torch-ngp's gridencoder folder")
+    parser.add_argument("--ngp-steps", type=int, default=20000, help="its training steps")
     return parser.parse_args(argv)
 
 
@@ -193,7 +229,7 @@ def main(argv=None, train=one_scene) -> int:
     try:
         check_label(args.label)
         rows = pick(args.scenes, split=args.split)
-        needs_dvgo = not (args.ours_only or args.generate_only or args.gsplat_only)
+        needs_dvgo = not (args.ours_only or args.generate_only or args.gsplat_only or args.ngp_only)
         dvgo_dir = find_dvgo(args.dvgo) if needs_dvgo and not _all_cached(args, rows) else None
         device = select_device(load_config(args.config, ["output.progress=false"]).device)
         if device.type == "cuda":
@@ -214,7 +250,7 @@ def main(argv=None, train=one_scene) -> int:
 
 def check_label(label: str) -> None:
     """--label names a system in the table: a word, not DirectVoxGO's nor a scene field."""
-    taken = ("dvgo", "gsplat", "mesh", "look", "size", "split", "generate_seconds")
+    taken = ("dvgo", "gsplat", "ngp", "mesh", "look", "size", "split", "generate_seconds")
     if not label.replace("_", "").replace("-", "").isalnum() or label in taken:
         raise BenchError(
             f"--label: expected a word of letters, digits, - or _ other than "

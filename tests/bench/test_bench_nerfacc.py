@@ -149,3 +149,63 @@ def test_refusals(monkeypatch, capsys, tmp_path):
         bench_nerfacc.nerfacc_kit(torch.device("cpu"))
     with pytest.raises(SystemExit):
         bench_nerfacc.parse_args(["--backends", "ours,jax"])
+
+
+# ---- the instant-ngp anchor (bench/compare/nerfacc/ngp_field.py) ----------------------
+
+
+def test_spherical_harmonics_are_orthonormal_on_the_sphere():
+    """The 16 real SH values: the mean of Y_i Y_j over uniform directions is delta_ij / 4 pi."""
+    from bench.compare.nerfacc.ngp_field import spherical_harmonics
+
+    gen = torch.Generator().manual_seed(0)
+    d = torch.nn.functional.normalize(torch.randn(400_000, 3, generator=gen, dtype=torch.float64))
+    y = spherical_harmonics(d)
+    gram = y.T @ y / len(d) * 4 * math.pi
+    torch.testing.assert_close(gram, torch.eye(16, dtype=torch.float64), atol=0.02, rtol=0)
+
+
+def test_ngp_schedule_warms_up_then_steps_down():
+    rate = bench_nerfacc.ngp_rate
+    assert rate(0, 1000) == pytest.approx(0.01) and rate(100, 1000) == pytest.approx(1.0)
+    assert rate(499, 1000) == 1.0 and rate(500, 1000) == pytest.approx(0.33)
+    assert rate(750, 1000) == pytest.approx(0.33**2) and rate(999, 1000) == pytest.approx(0.33**3)
+
+
+def test_ngp_field_density_zero_outside_and_gradients_reach_the_table():
+    from bench.compare.nerfacc.ngp_field import NgpRadianceField, ReferenceHashEncoding
+
+    torch.manual_seed(0)
+    field = NgpRadianceField([*BOUNDS[0], *BOUNDS[1]], ReferenceHashEncoding(64, 10))
+    x = torch.tensor([[0.0, 0.0, 0.5], [1.4, -0.9, 1.4], [2.0, 0.0, 0.5], [0.0, 0.0, -0.6]])
+    d = torch.nn.functional.normalize(torch.randn(4, 3))
+    rgb, density = field(x, d)
+    assert rgb.shape == (4, 3) and density.shape == (4, 1)
+    assert ((rgb > 0) & (rgb < 1)).all()
+    assert (density[:2] > 0).all() and (density[2:] == 0).all()  # the last two outside
+    density.sum().backward()
+    grad = field.encoder.embeddings.grad
+    assert grad is not None and grad.abs().sum() > 0
+
+
+def test_ngp_on_cuda_needs_torch_ngps_folder():
+    args = bench_nerfacc.parse_args(["--backends", "ngp"])
+    with pytest.raises(bench_nerfacc.BenchError, match="--ngp DIR"):
+        bench_nerfacc.ngp_encoder(args, torch.device("cuda"))
+
+
+def test_tiny_ngp_run_adapts_its_batch(tmp_path):
+    pytest.importorskip("nerfacc")
+    scene = write_scene(tmp_path / "scene")
+    argv = ["--device", "cpu", "--data", str(scene), "--out", str(tmp_path / "out")]
+    argv += ["--backends", "ngp", "--steps", "4", "--warmup", "1", "--occ-resolution", "8"]
+    argv += ["--ngp-max-resolution", "32", "--ngp-log2-table", "10", "--ngp-samples", "4096"]
+    argv += ["--ngp-step", "0.05", "--progress", "0"]
+    assert bench_nerfacc.main(argv) == 0
+    result = json.loads((tmp_path / "out" / "nerfacc.json").read_text())
+    run = result["runs"]["ngp"]
+    assert math.isfinite(run["psnr"]) and run["skipped_steps"] == 0
+    assert run["rays_per_step"] != 1024  # adapted after the first step
+    assert "stand-in" in run["field"]
+    table = (tmp_path / "out" / "nerfacc.md").read_text()
+    assert "| ngp |" in table and "an anchor, not our grid" in table

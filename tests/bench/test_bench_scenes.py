@@ -255,3 +255,14 @@ def test_gsplat_runs_as_a_program_of_its_own_and_its_failure_is_one_error(tmp_pa
         bench_scenes.BenchError, match="gsplat on .*: bench/compare/gsplat/gsplat_scene.py failed"
     ):
         bench_scenes.run_gsplat(tmp_path, tmp_path / "work", 5)
+
+
+def test_ngp_runs_as_a_program_of_its_own_and_its_failure_is_one_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU it would train")
+    with pytest.raises(
+        bench_scenes.BenchError, match="ngp on .*: bench/compare/nerfacc/bench_nerfacc.py failed"
+    ):
+        bench_scenes.run_ngp(tmp_path, tmp_path / "work", 5, None)
+    with pytest.raises(bench_scenes.BenchError, match="--label"):
+        bench_scenes.check_label("ngp")  # the anchor's name in the table

@@ -24,6 +24,15 @@ max_memory_allocated over the training (the scene's rays, on the device, include
 Writes nerfacc.md (the table) and nerfacc.json to --out, after each backend.
 Target (issue 38): ours >= 1.5x grid_sample's steps/s with PSNR within 0.1 dB.
 
+`--backends ngp` adds an anchor, not our grid: instant-ngp's field as nerfacc's example builds it
+(bench/compare/nerfacc/ngp_field.py: the hash encoding from torch-ngp's `gridencoder`, built from
+--ngp DIR; on the CPU grid.reference's stand-in) trained by the example's own recipe: Adam at
+1e-2 (eps 1e-15, weight decay 1e-6), 100 steps of linear warm-up, the rate times 0.33 at 1/2,
+3/4 and 9/10 of the run, a render step of 5e-3 (world units), occupancy threshold 1e-2, smooth
+L1, and rays a step adapted so that a step renders about --ngp-samples samples (the example's
+2^18). One difference: the scenes' background is composited at load time, so there is no random
+background during training.
+
 nerfacc is a benchmark-only dependency (`pip install nerfacc`; its CUDA ops build with nvcc
 on first use). On CUDA this script runs nerfacc or stops; --device cpu (a tiny scene, for
 the tests) runs a pure-PyTorch stand-in for nerfacc's CUDA-only sampling and rendering
@@ -48,6 +57,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: bench, grid, train
 
 from bench.compare.nerfacc.nerfacc_field import BACKENDS, make_field  # noqa: E402
+from bench.compare.nerfacc.ngp_field import NgpRadianceField, ReferenceHashEncoding  # noqa: E402
 from bench.harness import ROOT  # noqa: E402
 from train.config import load_config  # noqa: E402
 from train.errors import ConfigError  # noqa: E402
@@ -57,6 +67,7 @@ from train.nerf.scene_path import ensure_scene  # noqa: E402
 
 GiB = 2**30
 TARGET_RATIO, PSNR_TOLERANCE = 1.5, 0.1
+ALL_BACKENDS = (*BACKENDS, "ngp")
 
 
 class BenchError(RuntimeError):
@@ -174,6 +185,28 @@ def learning_rate_decay(optimizer, bases: list[float], fraction: float) -> None:
         group["lr"] = base * 0.1**fraction
 
 
+def ngp_rate(step: int, steps: int) -> float:
+    """nerfacc's example's schedule as a factor of 1e-2: linear warm-up from 0.01 over 100
+    steps, times 0.33 at each of 1/2, 3/4 and 9/10 of the run."""
+    warm = 0.01 + 0.99 * min(step, 100) / 100
+    passed = sum(step >= m for m in (steps // 2, steps * 3 // 4, steps * 9 // 10))
+    return warm * 0.33**passed
+
+
+def ngp_encoder(args, device: torch.device) -> tuple[torch.nn.Module, str]:
+    """torch-ngp's GridEncoder from --ngp on CUDA; grid.reference's stand-in on the CPU."""
+    if device.type == "cpu":
+        encoder = ReferenceHashEncoding(args.ngp_max_resolution, args.ngp_log2_table, device)
+        return encoder, "grid.reference stand-in for torch-ngp's encoder (CPU)"
+    if args.ngp is None:
+        raise BenchError("--backends ngp on CUDA needs --ngp DIR, torch-ngp's gridencoder folder")
+    from bench.ops.multires import build_ngp
+
+    if args.ngp_log2_table != 19:
+        raise BenchError("--ngp-log2-table: torch-ngp's encoder is built with 2^19 rows")
+    return build_ngp(Path(args.ngp), device, args.ngp_max_resolution), f"torch-ngp ({args.ngp})"
+
+
 class Run:
     """One backend's field, estimator and optimiser (from --seed), and its training step."""
 
@@ -187,14 +220,24 @@ class Run:
             device,
         )
         bounds = scene["config"].grid.bounds
-        options = {"features": args.features, "hidden": args.hidden}
-        self.model = make_field(backend, bounds, args.resolution, args.seed, device, **options)
         aabb = [*bounds[0], *bounds[1]]
+        self.rays_per_step = args.batch
+        if backend == "ngp":
+            encoder, self.encoder_label = ngp_encoder(args, device)
+            self.model = NgpRadianceField(aabb, encoder, device)
+            groups = self.model.param_groups(args.ngp_weight_decay)
+            self.optimizer = torch.optim.Adam(groups, lr=1e-2, eps=1e-15)
+            self.step_size, self.occ_thre = args.ngp_step, args.ngp_occ_thre
+            self.rays_per_step = 1024  # the example's first batch, then adapted
+        else:
+            options = {"features": args.features, "hidden": args.hidden}
+            self.model = make_field(backend, bounds, args.resolution, args.seed, device, **options)
+            self.optimizer = torch.optim.Adam(self.model.param_groups(args.lr_grid, args.lr_mlp))
+            self.step_size = args.step_ratio * self.model.voxel  # world units, as the example's
+            self.occ_thre = args.occ_thre
         self.estimator = kit["estimator"](roi_aabb=aabb, resolution=args.occ_resolution)
         self.estimator.to(device)
-        self.optimizer = torch.optim.Adam(self.model.param_groups(args.lr_grid, args.lr_mlp))
         self.bases = [group["lr"] for group in self.optimizer.param_groups]
-        self.step_size = args.step_ratio * self.model.voxel  # world units, as the example's
         self.generator = torch.Generator(device).manual_seed(args.seed)
         self.model.train()
         self.estimator.train()
@@ -203,25 +246,36 @@ class Run:
         """The example's occupancy: density times the render step (about alpha)."""
         return self.model.query_density(x) * self.step_size
 
-    def step(self, step: int) -> tuple[Tensor | None, int]:
-        """One training step: the loss (None where no ray had a sample) and the samples."""
+    def step(self, step: int) -> tuple[Tensor | None, int, int]:
+        """One training step: the loss (None where no ray had a sample), the samples and
+        the rays."""
         args, (origins, directions, colors) = self.args, self.scene["rays"]
-        self.estimator.update_every_n_steps(step, self.occ_eval_fn, occ_thre=args.occ_thre)
+        self.estimator.update_every_n_steps(step, self.occ_eval_fn, occ_thre=self.occ_thre)
+        count = self.rays_per_step
         pick = torch.randint(
-            origins.shape[0], (args.batch,), device=self.device, generator=self.generator
+            origins.shape[0], (count,), device=self.device, generator=self.generator
         )
         rays = (origins[pick], directions[pick], self.scene["background"])
         rgb, _, _, n = render_rays(
             self.model, self.estimator, self.kit, *rays, self.step_size, True
         )
         if n == 0:  # the example skips such a step too
-            return None, 0
-        loss = F.mse_loss(rgb, colors[pick])
+            return None, 0, count
+        if self.backend == "ngp":
+            for group in self.optimizer.param_groups:
+                group["lr"] = 1e-2 * ngp_rate(step, args.steps)
+            loss = F.smooth_l1_loss(rgb, colors[pick])
+            # the example's adaptive batch: about --ngp-samples samples a step
+            grown = int(count * args.ngp_samples / n)
+            self.rays_per_step = max(1, min(grown, origins.shape[0]))
+        else:
+            loss = F.mse_loss(rgb, colors[pick])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        learning_rate_decay(self.optimizer, self.bases, (step + 1) / args.steps)
-        return loss, n
+        if self.backend != "ngp":
+            learning_rate_decay(self.optimizer, self.bases, (step + 1) / args.steps)
+        return loss, n, count
 
 
 def train_backend(backend: str, scene: dict, kit: dict, args, device: torch.device) -> dict:
@@ -230,14 +284,14 @@ def train_backend(backend: str, scene: dict, kit: dict, args, device: torch.devi
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     run = Run(backend, scene, kit, args, device)
-    samples, skipped = 0, 0
+    samples, skipped, rays = 0, 0, 0
     start = time.perf_counter()
     for step in range(args.steps):
         if step == args.warmup:  # the clock starts after the first steps (allocations, caches)
             sync(device)
             start = time.perf_counter()
-        loss, n = run.step(step)
-        samples, skipped = samples + n, skipped + (loss is None)
+        loss, n, count = run.step(step)
+        samples, skipped, rays = samples + n, skipped + (loss is None), rays + count
         if args.progress and (step + 1) % args.progress == 0 and loss is not None:
             sync(device)
             rate = (step + 1 - args.warmup) / (time.perf_counter() - start)
@@ -258,8 +312,10 @@ def train_backend(backend: str, scene: dict, kit: dict, args, device: torch.devi
         "timed_steps": timed_steps,
         "train_seconds": timed,
         "steps_per_second": timed_steps / timed if timed > 0 else math.nan,
-        "samples_per_ray": samples / (args.steps * args.batch),
+        "samples_per_ray": samples / max(rays, 1),
+        "rays_per_step": rays / max(args.steps, 1),
         "skipped_steps": skipped,
+        "field": getattr(run, "encoder_label", "dense grids"),
         "occupied": run.estimator.binaries.float().mean().item(),
         "peak_gib": peak,
         **quality,
@@ -341,8 +397,8 @@ def markdown(runs: dict[str, dict], meta: dict) -> str:
         head,
         "",
         "| field backend | steps/s | x grid_sample | test PSNR (dB) | train s "
-        "| samples/ray | peak GiB |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| rays/step | samples/ray | peak GiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     base = runs.get("grid_sample")
     for name, run in runs.items():
@@ -350,8 +406,12 @@ def markdown(runs: dict[str, dict], meta: dict) -> str:
         peak = "-" if run["peak_gib"] is None else f"{run['peak_gib']:.2f}"
         lines.append(
             f"| {name} | {run['steps_per_second']:.1f} | {ratio} | {run['psnr']:.3f} | "
-            f"{run['train_seconds']:.1f} | {run['samples_per_ray']:.1f} | {peak} |"
+            f"{run['train_seconds']:.1f} | {run['rays_per_step']:.0f} | "
+            f"{run['samples_per_ray']:.1f} | {peak} |"
         )
+    anchors = [f"{name}: {run['field']}" for name, run in runs.items() if name == "ngp"]
+    if anchors:
+        lines += ["", "ngp is an anchor, not our grid: instant-ngp's field, " + anchors[0]]
     verdict = summary(runs)
     if verdict:
         met = "met" if verdict["target_met"] else "not met"
@@ -372,7 +432,11 @@ def parse_args(argv=None):
     p.add_argument("--train-views", type=int, default=None)
     p.add_argument("--test-views", type=int, default=None)
     p.add_argument("--eval-views", type=int, default=0, help="test views scored (0: all)")
-    p.add_argument("--backends", default=",".join(BACKENDS))
+    p.add_argument(
+        "--backends",
+        default=",".join(BACKENDS),
+        help=f"some of {', '.join(ALL_BACKENDS)} (ngp: the instant-ngp anchor)",
+    )
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--warmup", type=int, default=20, help="steps before the clock starts")
@@ -386,15 +450,22 @@ def parse_args(argv=None):
     p.add_argument("--lr-grid", type=float, default=0.1)
     p.add_argument("--lr-mlp", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ngp", default=None, help="torch-ngp's gridencoder folder (ngp, CUDA)")
+    p.add_argument("--ngp-max-resolution", type=int, default=4096, help="finest level's cells")
+    p.add_argument("--ngp-log2-table", type=int, default=19, help="rows a level (CPU: any)")
+    p.add_argument("--ngp-samples", type=int, default=2**18, help="samples a step (ngp)")
+    p.add_argument("--ngp-step", type=float, default=5e-3, help="render step, world units")
+    p.add_argument("--ngp-occ-thre", type=float, default=1e-2)
+    p.add_argument("--ngp-weight-decay", type=float, default=1e-6)
     p.add_argument("--eval-chunk", type=int, default=16384, help="rays a test render call")
     p.add_argument("--progress", type=int, default=500, help="a line every N steps (0: none)")
     p.add_argument("--profile", type=int, default=0, help="N more steps profiled, at the end")
     p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
     args = p.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = sorted(set(args.backends) - set(BACKENDS))
+    unknown = sorted(set(args.backends) - set(ALL_BACKENDS))
     if unknown or not args.backends:
-        p.error(f"--backends: expected some of {', '.join(BACKENDS)}, got {unknown or 'none'}")
+        p.error(f"--backends: expected some of {', '.join(ALL_BACKENDS)}, got {unknown or 'none'}")
     return args
 
 
