@@ -29,9 +29,9 @@ Target (issue 38): ours >= 1.5x grid_sample's steps/s with PSNR within 0.1 dB.
 --ngp DIR; on the CPU grid.reference's stand-in) trained by the example's own recipe: Adam at
 1e-2 (eps 1e-15, weight decay 1e-6), 100 steps of linear warm-up, the rate times 0.33 at 1/2,
 3/4 and 9/10 of the run, a render step of 5e-3 (world units), occupancy threshold 1e-2, smooth
-L1, and rays a step adapted so that a step renders about --ngp-samples samples (the example's
-2^18). One difference: the scenes' background is composited at load time, so there is no random
-background during training.
+L1 (scaled by 2^10, as its never-unscaled gradient scaler does), and rays a step adapted so that
+a step renders about --ngp-samples samples (the example's 2^18). Differences: float32 MLPs in
+PyTorch (tiny-cuda-nn's are fused, in half precision), torch-ngp's encoder for tiny-cuda-nn's.
 
 nerfacc is a benchmark-only dependency (`pip install nerfacc`; its CUDA ops build with nvcc
 on first use). On CUDA this script runs nerfacc or stops; --device cpu (a tiny scene, for
@@ -68,6 +68,7 @@ from train.nerf.scene_path import ensure_scene  # noqa: E402
 GiB = 2**30
 TARGET_RATIO, PSNR_TOLERANCE = 1.5, 0.1
 ALL_BACKENDS = (*BACKENDS, "ngp")
+NGP_LOSS_SCALE = 2.0**10
 
 
 class BenchError(RuntimeError):
@@ -271,7 +272,9 @@ class Run:
         else:
             loss = F.mse_loss(rgb, colors[pick])
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        # the example scales its loss by 2^10 (a GradScaler it never unscales: Adam does not
+        # care, but the weight decay weighs 2^10 times less); the same here
+        (loss * (NGP_LOSS_SCALE if self.backend == "ngp" else 1.0)).backward()
         self.optimizer.step()
         if self.backend != "ngp":
             learning_rate_decay(self.optimizer, self.bases, (step + 1) / args.steps)

@@ -3,13 +3,14 @@ hash encoding from torch-ngp's `gridencoder` in place of tiny-cuda-nn: an anchor
 projects' public parts, to run beside ours on our scenes (issue 61: is +1 dB over DirectVoxGO there
 to be had on them?). Never imported by the library.
 
-* positions: the box mapped to [-1, 1]^3 (points outside get zero density);
+* positions: the box mapped to [-1, 1]^3 (points not strictly inside get zero density);
 * encoding: 16 levels x 2 features, 2^19 rows a level, 16 to `max_resolution` cells over the box
-  (the example's 4096), instant-ngp's hash;
+  (the example's per-level scale 1.4473 reaches 4096), instant-ngp's hash;
 * density MLP: one hidden layer of 64 (ReLU) -> 1 + 15 geometry features; density
-  `trunc_exp(raw - 1)` (exp forward, its gradient clamped, as the example's);
-* colour MLP: the 15 features and the view direction in real spherical harmonics of 4 bands
-  (16 values) -> two hidden layers of 64 (ReLU) -> rgb, sigmoid.
+  `trunc_exp(raw - 1)` (exp forward, its gradient's input clamped at 15, as the example's);
+* colour MLP: the view direction in real spherical harmonics of 4 bands (16 values) and the 15
+  features -> two hidden layers of 64 (ReLU) -> rgb, sigmoid.
+* MLPs as tiny-cuda-nn's fully fused ones: no biases, Xavier-uniform weights.
 
 The encoding: `encoder` is torch-ngp's `GridEncoder` (CUDA; `bench.ops.multires.build_ngp`
 builds it from its source), or, for the CPU test, `ReferenceHashEncoding`: `grid.reference`'s
@@ -64,7 +65,7 @@ class _TruncExp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (x,) = ctx.saved_tensors
-        return grad * torch.exp(x.clamp(-15, 15))
+        return grad * torch.exp(x.clamp(max=15))
 
 
 def resolutions(max_resolution: int) -> list[int]:
@@ -88,10 +89,13 @@ class ReferenceHashEncoding(nn.Module):
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
-    """Linear layers of `sizes`, ReLU between them, none after the last."""
+    """Linear layers of `sizes` without biases (tiny-cuda-nn's fully fused MLP), ReLU between
+    them, none after the last; Xavier-uniform weights."""
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
+        linear = nn.Linear(a, b, bias=False)
+        nn.init.xavier_uniform_(linear.weight)
+        layers += [linear, nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
 
@@ -108,11 +112,11 @@ class NgpRadianceField(nn.Module):
         self.register_buffer("hi", box[3:])
         self.encoder = encoder
         self.base = mlp([LEVELS * FEATURES, 64, 1 + GEOMETRY]).to(device)
-        self.head = mlp([GEOMETRY + 16, 64, 64, 3]).to(device)
+        self.head = mlp([16 + GEOMETRY, 64, 64, 3]).to(device)
 
     def _geometry(self, x: Tensor) -> tuple[Tensor, Tensor]:
         unit = (x - self.lo) / (self.hi - self.lo) * 2 - 1  # the box -> [-1, 1]^3
-        inside = (unit.abs() <= 1).all(dim=-1, keepdim=True)
+        inside = (unit.abs() < 1).all(dim=-1, keepdim=True)
         out = self.base(self.encoder(unit).float())
         density = _TruncExp.apply(out[:, :1] - 1) * inside
         return density, out[:, 1:]
@@ -122,7 +126,7 @@ class NgpRadianceField(nn.Module):
 
     def forward(self, x: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
         density, features = self._geometry(x)
-        rgb = torch.sigmoid(self.head(torch.cat([features, spherical_harmonics(directions)], -1)))
+        rgb = torch.sigmoid(self.head(torch.cat([spherical_harmonics(directions), features], -1)))
         return rgb, density
 
     def param_groups(self, weight_decay: float) -> list[dict]:
