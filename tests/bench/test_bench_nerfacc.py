@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench/ is a package of the checkout
 
-from bench.compare.nerfacc import bench_nerfacc  # noqa: E402
+from bench.compare.nerfacc import bench_nerfacc, nerfacc_run  # noqa: E402
 from bench.compare.nerfacc.nerfacc_field import copy_field, grid_values, make_field  # noqa: E402
 
 BOUNDS = [[-1.5, -1.0, -0.5], [1.5, 1.0, 1.5]]  # not a cube: the axes cannot be swapped
@@ -166,7 +166,8 @@ def test_spherical_harmonics_are_orthonormal_on_the_sphere():
 
 
 def test_ngp_schedule_warms_up_then_steps_down():
-    rate = bench_nerfacc.ngp_rate
+    from bench.compare.nerfacc.nerfacc_run import ngp_rate as rate
+
     assert rate(0, 1000) == pytest.approx(0.01) and rate(100, 1000) == pytest.approx(1.0)
     assert rate(499, 1000) == 1.0 and rate(500, 1000) == pytest.approx(0.33)
     assert rate(750, 1000) == pytest.approx(0.33**2) and rate(999, 1000) == pytest.approx(0.33**3)
@@ -190,8 +191,8 @@ def test_ngp_field_density_zero_outside_and_gradients_reach_the_table():
 
 def test_ngp_on_cuda_needs_torch_ngps_folder():
     args = bench_nerfacc.parse_args(["--backends", "ngp"])
-    with pytest.raises(bench_nerfacc.BenchError, match="--ngp DIR"):
-        bench_nerfacc.ngp_encoder(args, torch.device("cuda"))
+    with pytest.raises(nerfacc_run.BenchError, match="--ngp DIR"):
+        nerfacc_run.ngp_encoder(args, torch.device("cuda"))
 
 
 def test_tiny_ngp_run_adapts_its_batch(tmp_path):
