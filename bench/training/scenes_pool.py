@@ -4,6 +4,7 @@ ours' configs trained on each, one job per GPU at a time, into one table.
     python bench/training/scenes_pool.py --meshes DIR [--scenes a,b] [--split tune|held_out|all]
         [--dvgo DIR] [--no-dvgo]
         [--run "LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]]
+        [--ngp GRIDENCODER_DIR [--ngp-steps N] [--ngp-scenes a,b]]
         [--gpus N] [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
 
 --split picks one half of the scenes (bench_scenes.py's SCENES: `tune`, the scenes every
@@ -14,7 +15,9 @@ other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then e
 on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
 `on SCENE,...`: only those of the pool's scenes; the KEY=VALUE are --set options), then
 with --gsplat Gaussian splatting on each scene (bench/compare/gsplat/gsplat_scene.py; gsplat's
-kernels are JIT-built first, on the CPU, as DirectVoxGO's).
+kernels are JIT-built first, on the CPU, as DirectVoxGO's), then with --ngp the instant-ngp
+anchor on each scene (or each of --ngp-scenes: bench_scenes.py --ngp-only; nerfacc's CUDA ops
+and torch-ngp's gridencoder from that folder JIT-built first, on the CPU).
 A free GPU takes the first job whose scene is generated (and whose build is done): each
 job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU (the n-th of
 the caller's CUDA_VISIBLE_DEVICES where that is set: two pools share a host that way), its output
@@ -121,22 +124,43 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "needs": [f"gen_{r[0]}", "gsplat_build"],
                 }
             )
+    if args.ngp:
+        only = set(args.ngp_scenes.split(",")) if args.ngp_scenes else None
+        for r in (r for r in largest if only is None or r[0] in only):
+            extra = ["--ngp-only", "--ngp", str(args.ngp), "--ngp-steps", str(args.ngp_steps)]
+            extra += ["--work", str(args.work / "ngp_work")]
+            jobs.append(
+                {
+                    "name": f"ngp_{r[0]}",
+                    "args": ["--scenes", r[0], *extra],
+                    "needs": [f"gen_{r[0]}", "ngp_build"],
+                }
+            )
     for job in jobs:  # absolute: DirectVoxGO runs in its own folder
         job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
     return jobs
 
 
 #: What each build runs: DirectVoxGO's CUDA extensions JIT-built in its folder (as `bash
-#: bench/gpu.sh dvgo-build`), gsplat's by the first import of its kernels.
+#: bench/gpu.sh dvgo-build`), gsplat's by the first import of its kernels, the ngp anchor's
+#: (nerfacc's ops, torch-ngp's gridencoder from the folder in argv[1]) as bench_nerfacc loads them.
 DVGO_BUILD = "import sys; sys.path[:0] = ['shim', '.']\nfrom lib import utils, dvgo, dcvgo, dmpigo"
 GSPLAT_BUILD = "from gsplat.cuda._backend import _C\nassert _C is not None, 'no gsplat kernels'"
+NGP_BUILD = (
+    "import sys, torch; from pathlib import Path; sys.path.insert(0, sys.argv[2])\n"
+    "from nerfacc.cuda._backend import _C\nassert _C is not None, 'no nerfacc CUDA ops'\n"
+    "from bench.ops.multires import build_ngp\nbuild_ngp(Path(sys.argv[1]), torch.device('cpu'))"
+)
 
 
-def start_build(code: str, log: Path, cwd: Path | None = None) -> subprocess.Popen:
-    """`python -c code` in `cwd`, its output in `log`: a build on the CPU while the GPUs
-    run other jobs."""
+def start_build(
+    code: str, log: Path, cwd: Path | None = None, argv: tuple[str, ...] = ()
+) -> subprocess.Popen:
+    """`python -c code *argv` in `cwd`, its output in `log`: a build on the CPU while the
+    GPUs run other jobs."""
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=out, stderr=out)
+        command = [sys.executable, "-c", code, *argv]
+        return subprocess.Popen(command, cwd=cwd, stdout=out, stderr=out)
 
 
 def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
@@ -174,6 +198,10 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
     if any(j["name"].startswith("gsplat_") for j in jobs):
         log = args.work / "logs" / "gsplat_build.log"
         builds["gsplat_build"] = (start_build(GSPLAT_BUILD, log), time.perf_counter())
+    if any(j["name"].startswith("ngp_") for j in jobs):
+        log = args.work / "logs" / "ngp_build.log"
+        build = start_build(NGP_BUILD, log, argv=(str(args.ngp), str(ROOT)))
+        builds["ngp_build"] = (build, time.perf_counter())
     finished = [
         j["name"] for j in jobs if (args.work / "jobs" / j["name"] / "scenes.json").is_file()
     ]
@@ -241,6 +269,9 @@ def parse_args(argv=None):
     parser.add_argument("--no-dvgo", action="store_true", help="ours' runs only")
     parser.add_argument("--gsplat", action="store_true", help="Gaussian splatting on each too")
     parser.add_argument("--gsplat-steps", type=int, default=30000)
+    parser.add_argument("--ngp", type=Path, default=None, help="torch-ngp's gridencoder folder")
+    parser.add_argument("--ngp-steps", type=int, default=20000, help="the ngp anchor's steps")
+    parser.add_argument("--ngp-scenes", default=None, help="default: every scene of the pool")
     parser.add_argument(
         "--run", action="append", default=[], help='"LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."'
     )
@@ -275,6 +306,19 @@ def main(argv=None) -> int:
             raise BenchError(f"--gpus: expected at least 1 (CUDA devices here: {gpus})")
         if args.gsplat_steps < 1:
             raise BenchError(f"--gsplat-steps: expected at least 1, got {args.gsplat_steps}")
+        if args.ngp is not None:
+            args.ngp = args.ngp.resolve()
+            if not (args.ngp / "src" / "gridencoder.cu").is_file():
+                raise BenchError(f"--ngp {args.ngp}: no src/gridencoder.cu there (torch-ngp's)")
+            if args.ngp_steps < 1:
+                raise BenchError(f"--ngp-steps: expected at least 1, got {args.ngp_steps}")
+            if args.ngp_scenes:
+                unknown = set(args.ngp_scenes.split(",")) - names
+                if unknown:
+                    raise BenchError(
+                        f"--ngp-scenes: {', '.join(sorted(unknown))} not among the pool's "
+                        f"scenes ({', '.join(sorted(names))})"
+                    )
         if args.per_gpu < 1:
             raise BenchError(f"--per-gpu: expected at least 1, got {args.per_gpu}")
         name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"

@@ -189,6 +189,41 @@ def test_gsplat_steps_below_one_are_refused(tmp_path, capsys):
     assert "--gsplat-steps: expected at least 1, got 0" in capsys.readouterr().err
 
 
+def test_ngp_jobs_on_the_scenes_asked_wait_for_their_build(tmp_path, monkeypatch):
+    ngp = ["--ngp", str(tmp_path / "gridencoder"), "--ngp-steps", "7", "--ngp-scenes", "realistic"]
+    args = _args(tmp_path, "--no-dvgo", *ngp)
+    jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic,bull_rough"))
+    assert [j["name"] for j in jobs] == ["gen_realistic", "gen_bull_rough", "ngp_realistic"]
+    assert jobs[2]["needs"] == ["gen_realistic", "ngp_build"]
+    command = jobs[2]["command"]
+    assert "--ngp-only" in command and command[command.index("--ngp-steps") + 1] == "7"
+    assert command[command.index("--ngp") + 1] == str(tmp_path / "gridencoder")
+    jobs = [jobs[0], jobs[2]]
+    jobs[0]["command"] = _stand_in(args.work / "jobs" / "gen_realistic", "realistic", "gen", False)
+    monkeypatch.setattr(scenes_pool, "NGP_BUILD", "raise SystemExit(1)")  # nerfacc missing
+    meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
+    assert scenes_pool.run_pool(args, jobs, 1, meta) == 1
+    assert not (args.work / "jobs" / "ngp_realistic").exists()  # skipped, never started
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ([], "no src/gridencoder.cu there"),
+        (["--ngp-steps", "0"], "--ngp-steps: expected at least 1, got 0"),
+        (["--ngp-scenes", "bull_rough"], "--ngp-scenes: bull_rough not among the pool's scenes"),
+    ],
+)
+def test_bad_ngp_arguments_are_refused(tmp_path, capsys, extra, message):
+    folder = tmp_path / "gridencoder"
+    if extra:
+        (folder / "src").mkdir(parents=True)
+        (folder / "src" / "gridencoder.cu").write_text("")
+    argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--scenes", "realistic"]
+    assert scenes_pool.main([*argv, "--ngp", str(folder), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("on", ["bull_rough", ","])
 def test_a_run_on_no_scene_of_the_pool_is_refused(tmp_path, capsys, on):
     argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--scenes", "realistic"]
