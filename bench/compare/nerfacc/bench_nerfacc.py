@@ -274,7 +274,12 @@ def markdown(runs: dict[str, dict], meta: dict) -> str:
         )
     anchors = [f"{name}: {run['field']}" for name, run in runs.items() if name == "ngp"]
     if anchors:
-        lines += ["", "ngp is an anchor, not our grid: instant-ngp's field, " + anchors[0]]
+        lines += [
+            "",
+            "ngp is an anchor, not our grid: instant-ngp's field, " + anchors[0] + "; trained"
+            " by its own recipe (the header's grids, occupancy and rays a step are the other"
+            " backends'; its own rays a step are in its row)",
+        ]
     verdict = summary(runs)
     if verdict:
         met = "met" if verdict["target_met"] else "not met"
