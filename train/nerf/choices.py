@@ -18,3 +18,6 @@ MLP_DTYPES = ("float32", "bfloat16")
 ENCODINGS = ("dense", "multires")
 #: Values of `nerf.density_activation`: raw density -> density (`model.VoxelNeRF.activate`).
 ACTIVATIONS = ("softplus", "exp")
+#: Values of `nerf.view_encoding`: the colour MLP's view-direction encoding
+#: (`model.encoding.encode_views`).
+VIEW_ENCODINGS = ("frequencies", "sh")

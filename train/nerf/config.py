@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError
 from ..multires_config import validate_multires
 from ..schema import doc, positive
-from .choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
+from .choices import (
+    ACTIVATIONS,
+    CONTRACTIONS,
+    ENCODINGS,
+    MLP_DTYPES,
+    RENDERERS,
+    VIEW_ENCODINGS,
+)
 from .data_config import validate_data
 
 if TYPE_CHECKING:
@@ -53,6 +60,12 @@ class NerfConfig:
     color_features: int = doc("nerf: channels of the colour feature grid.", 12)
     hidden: int = doc("nerf: width of the colour MLP's two hidden layers.", 128)
     view_frequencies: int = doc("nerf: positional-encoding frequencies of the view direction.", 4)
+    view_encoding: str = doc(
+        "nerf: what the colour MLP reads of the view direction: `frequencies` (the direction "
+        "and its sines and cosines at `view_frequencies` octaves) or `sh` (real spherical "
+        "harmonics of degree 4, 16 values: instant-ngp's; `view_frequencies` is then unused).",
+        "frequencies",
+    )
     step_ratio: float = doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
     jitter: bool = doc(
         "nerf: stratified samples in training: each training ray's samples shift by its own "
@@ -223,6 +236,11 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
         positive(getattr(n, key), f"nerf.{key}")
     positive(n.shift_decay, "nerf.shift_decay", zero=True)
     positive(n.mlp_weight_decay, "nerf.mlp_weight_decay", zero=True)
+    if n.view_encoding not in VIEW_ENCODINGS:
+        expected = ", ".join(VIEW_ENCODINGS)
+        raise ConfigError(
+            f"nerf.view_encoding: expected one of {expected}, got {n.view_encoding!r}"
+        )
     if n.density_activation not in ACTIVATIONS:
         expected = ", ".join(ACTIVATIONS)
         raise ConfigError(

@@ -163,13 +163,11 @@ def vertex_colors(model: VoxelNeRF, vertices: np.ndarray, normals: np.ndarray) -
 def _vertex_colors(model: VoxelNeRF, vertices: np.ndarray, normals: np.ndarray) -> np.ndarray:
     import torch
 
-    from .model.encoding import positional_encoding
-
     out, chunk = np.zeros((len(vertices), 3), dtype=np.uint8), 1 << 16
     for start in range(0, len(vertices), chunk):
         points = torch.as_tensor(vertices[start : start + chunk], dtype=torch.float32)
         n = torch.as_tensor(normals[start : start + chunk], dtype=torch.float32)
         view = torch.where(n.norm(dim=-1, keepdim=True) > 0.5, -n, torch.tensor([0.0, 0.0, -1.0]))
-        rgb = model.rgb(points, positional_encoding(view, model.view_frequencies))
+        rgb = model.rgb(points, model.encode_views(view))
         out[start : start + len(points)] = (rgb * 255 + 0.5).clamp(0, 255).byte().numpy()
     return out

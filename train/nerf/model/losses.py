@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 
 from ..config import NerfConfig
-from .encoding import positional_encoding
 
 
 def auxiliary_losses(
@@ -54,7 +53,7 @@ def view_consistency_loss(
     outweigh it. With `stride` k only every k-th coloured sample of the list (sorted by ray,
     so each ray's samples are thinned evenly) pays it, k times over: an estimate of the whole
     loss for 1/k of the second MLP pass (a strided view: static shapes, so it captures)."""
-    other = positional_encoding(directions.roll(1, 0), model.view_frequencies)  # [R, E]
+    other = model.encode_views(directions.roll(1, 0))  # [R, E]
     other = torch.cat([other, other.new_zeros(1, other.shape[1])])  # row R: padding samples
     ray = out["sample_ray"][::stride]  # [V / k]
     rgb = model.shade(out["sample_features"][::stride], other[ray])  # [V / k, 3]

@@ -58,11 +58,18 @@ from torch import Tensor, nn
 from grid import MultiresGrid, OccupancyGrid, VoxelGrid
 from grid.contraction import CONTRACTED_BOUNDS
 
-from ..choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS
+from ..choices import (
+    ACTIVATIONS,
+    CONTRACTIONS,
+    ENCODINGS,
+    MLP_DTYPES,
+    RENDERERS,
+    VIEW_ENCODINGS,
+)
 from .capacity import SampleCapacity, capacity_key
 from .color_mlp import color_mlp
 from .density_activation import activate, density_shift, raw_density
-from .encoding import positional_encoding
+from .encoding import encode_views, view_dim
 from .grids import make_grid, mean_spacing, triple
 from .multires_fields import MultiresDensity, shared_fields
 from .render import RgbFn, SigmaFn, render_fused, render_torch
@@ -81,6 +88,9 @@ class VoxelNeRF(nn.Module):
         color_features: channels of the colour grid.
         hidden: width of the colour MLP (two hidden layers).
         view_frequencies: positional-encoding frequencies of the view direction.
+        view_encoding: "frequencies" (positional, `view_frequencies`) or "sh" (spherical
+            harmonics of degree 4, instant-ngp's): what the colour MLP reads of the view
+            direction (`encode_views`).
         step_ratio: sample spacing along rays, in voxels of the current grid.
         alpha_init: alpha of an untrained voxel (sets the density shift).
         density_activation: "softplus" (DirectVoxGO's) or "exp" (instant-ngp's truncated
@@ -124,6 +134,7 @@ class VoxelNeRF(nn.Module):
         color_features: int = 12,
         hidden: int = 128,
         view_frequencies: int = 4,
+        view_encoding: str = "frequencies",
         step_ratio: float = 0.5,
         alpha_init: float = 1e-2,
         density_activation: str = "softplus",
@@ -153,6 +164,9 @@ class VoxelNeRF(nn.Module):
             raise ValueError(
                 "multires: required with a 'multires' encoding (MultiresGrid's arguments)"
             )
+        if view_encoding not in VIEW_ENCODINGS:
+            expected = ", ".join(VIEW_ENCODINGS)
+            raise ValueError(f"view_encoding: expected one of {expected}, got {view_encoding!r}")
         if density_activation not in ACTIVATIONS:
             expected = ", ".join(ACTIVATIONS)
             raise ValueError(
@@ -202,7 +216,8 @@ class VoxelNeRF(nn.Module):
         if isinstance(self.color, MultiresGrid):
             color_in = self.color.get_out_dim()
         self.view_frequencies = view_frequencies
-        self.mlp = color_mlp(color_in, view_frequencies, hidden, device)
+        self.view_encoding = view_encoding
+        self.mlp = color_mlp(color_in, view_dim(view_encoding, view_frequencies), hidden, device)
         self.step_ratio = step_ratio
         self.density_activation = density_activation
         self.shift = density_shift(density_activation, alpha_init)
@@ -277,6 +292,10 @@ class VoxelNeRF(nn.Module):
         """points: [S, 3] -> alpha [S] over a step of `interval` (voxels of the final grid)."""
         return -torch.expm1(-self.sigma(points) * interval)
 
+    def encode_views(self, directions: Tensor) -> Tensor:
+        """directions: [..., 3] unit -> [..., E]: what the colour MLP reads of them."""
+        return encode_views(directions, self.view_encoding, self.view_frequencies)
+
     def fields(self, directions: Tensor) -> tuple[SigmaFn, RgbFn]:
         """The renderers' `sigma_fn` and `rgb_fn` for rays along `directions` [R, 3].
 
@@ -286,7 +305,7 @@ class VoxelNeRF(nn.Module):
         a multires density read by the colour MLP, sigma_fn keeps the density MLP's geometry
         features of its points and rgb_fn takes its samples' rows of them: one density pass
         per render, not a second one over the coloured samples."""
-        views = positional_encoding(directions, self.view_frequencies)  # [R, E]
+        views = self.encode_views(directions)  # [R, E]
         views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
         if self.color is not None:
 
