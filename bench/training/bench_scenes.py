@@ -38,6 +38,8 @@ rasterizer in a program of its own; the system `gsplat` in the table, the upper 
 --backends ngp, the hash encoding from torch-ngp's gridencoder in --ngp DIR; nerfacc installed:
 `pip install --no-index --find-links WHEELS nerfacc rich`): the system `ngp`, the field's best
 method built from other projects' parts (its seconds from step 20, as bench_nerfacc times them).
+--ngp-args "--ngp-samples 65536 ..." changes its recipe (bench_nerfacc's options) under the
+name --ngp-label (`ngp_<word>`), so variants of the anchor sit beside it in one table.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -131,7 +135,9 @@ def one_scene(row: tuple, args, device: torch.device, entry: dict, dvgo_dir: Pat
         entry["gsplat"] = run_gsplat(scene, Path(args.work) / name / "gsplat", args.gsplat_steps)
         return
     if args.ngp_only:
-        entry["ngp"] = run_ngp(scene, Path(args.work) / name / "ngp", args.ngp_steps, args.ngp)
+        work = Path(args.work) / name / args.ngp_label
+        extra = shlex.split(args.ngp_args)
+        entry[args.ngp_label] = run_ngp(scene, work, args.ngp_steps, args.ngp, extra)
         return
     if not args.ours_only:
         cached = Path(args.dvgo_log) / f"{name}.log" if args.dvgo_log else None
@@ -163,14 +169,17 @@ def run_gsplat(scene: Path, work: Path, steps: int) -> dict[str, Any]:
     return json.loads((work / "gsplat.json").read_text())
 
 
-def run_ngp(scene: Path, work: Path, steps: int, ngp: str | None) -> dict[str, Any]:
+def run_ngp(
+    scene: Path, work: Path, steps: int, ngp: str | None, extra: list[str] = ()
+) -> dict[str, Any]:
     """bench/compare/nerfacc/bench_nerfacc.py --backends ngp on `scene` as a program of its
-    own; its numbers as a system's entry (no SSIM: bench_nerfacc scores PSNR). BenchError
-    when it fails."""
+    own, with `extra` of its options; its numbers as a system's entry (no SSIM: bench_nerfacc
+    scores PSNR). BenchError when it fails."""
     script = ROOT / "bench" / "compare" / "nerfacc" / "bench_nerfacc.py"
     command = [sys.executable, str(script), "--backends", "ngp", "--data", str(scene)]
     command += ["--steps", str(steps), "--out", str(work), "--progress", "2000"]
     command += ["--ngp", ngp] if ngp else []
+    command += list(extra)
     if subprocess.run(command).returncode != 0:
         raise BenchError(
             f"ngp on {scene}: bench/compare/nerfacc/bench_nerfacc.py failed (its output above)"
@@ -211,6 +220,8 @@ def parse_args(argv=None):
     parser.add_argument("--ngp-only", action="store_true", help="the instant-ngp anchor alone")
     parser.add_argument("--ngp", default=None, help="torch-ngp's gridencoder folder")
     parser.add_argument("--ngp-steps", type=int, default=20000, help="its training steps")
+    parser.add_argument("--ngp-args", default="", help="more bench_nerfacc.py options for it")
+    parser.add_argument("--ngp-label", default="ngp", help="its name in the table: ngp_<word>")
     return parser.parse_args(argv)
 
 
@@ -228,6 +239,7 @@ def main(argv=None, train=one_scene) -> int:
     }
     try:
         check_label(args.label)
+        check_ngp_label(args.ngp_label)
         rows = pick(args.scenes, split=args.split)
         needs_dvgo = not (args.ours_only or args.generate_only or args.gsplat_only or args.ngp_only)
         dvgo_dir = find_dvgo(args.dvgo) if needs_dvgo and not _all_cached(args, rows) else None
@@ -256,6 +268,12 @@ def check_label(label: str) -> None:
             f"--label: expected a word of letters, digits, - or _ other than "
             f"{', '.join(taken)}; got {label!r}"
         )
+
+
+def check_ngp_label(label: str) -> None:
+    """--ngp-label names the anchor or a variant of it: `ngp` or `ngp_<word>`."""
+    if not re.fullmatch(r"ngp(_[A-Za-z0-9-]+)?", label):
+        raise BenchError(f"--ngp-label: expected ngp or ngp_<letters, digits, ->, got {label!r}")
 
 
 def _all_cached(args, rows: list[tuple]) -> bool:

@@ -48,7 +48,8 @@
 # `scenes-wait` waits again, on the same warm machine, until it prints "pool exited" (exit 2
 # at once where this machine holds no pool). Each call copies the table so far (scenes.md,
 # scenes.json), the pool's log and the jobs' logs (logs.tgz) to $OUT/scenes. With --gsplat,
-# gsplat comes from GSPLAT_WHEELS (no download).#
+# gsplat comes from GSPLAT_WHEELS, and with --ngp (the instant-ngp anchor, tune-report too) nerfacc
+# and rich from NERFACC_WHEELS (default .anchors/wheels): no download.
 #   bash bench/gpu.sh tune-report --candidate "LABEL[@CONFIG]: K=V ..." ... [--report-run ...]
 #   bash bench/gpu.sh tune-wait
 # bench/training/tune_then_report.py started detached (the candidates on the tuning scenes
@@ -193,6 +194,9 @@ if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
   if [ "$what" = scenes-pool ]; then
     [[ " $* " == *" --gsplat "* ]] && ! python3 -c "import gsplat" 2>/dev/null && python3 -m pip \
       install -q --no-index --find-links "${GSPLAT_WHEELS:-.anchors/gsplat_wheels}" gsplat 2>&1 | tail -n 3
+    # the instant-ngp anchor (--ngp DIR): nerfacc and rich from NERFACC_WHEELS, no download
+    [[ " $* " == *" --ngp "* ]] && ! python3 -c "import nerfacc, rich" 2>/dev/null && python3 -m pip \
+      install -q --no-index --find-links "${NERFACC_WHEELS:-.anchors/wheels}" nerfacc rich 2>&1 | tail -n 3
     rm -f "$pool/pool.rc"
     args=$(printf '%q ' "$@")
     setsid nohup sh -c "python3 bench/training/scenes_pool.py --meshes ${SCENE_MESHES:-.anchors/thin} \
@@ -221,6 +225,8 @@ if [ "$what" = tune-report ]; then
   if [ "$smoke" -ne 0 ]; then
     echo "tune-report: the smoke run failed (exit $smoke): no pipeline started"; exit 1
   fi
+  [[ " $* " == *" --ngp "* ]] && ! python3 -c "import nerfacc, rich" 2>/dev/null && python3 -m pip \
+    install -q --no-index --find-links "${NERFACC_WHEELS:-.anchors/wheels}" nerfacc rich 2>&1 | tail -n 3
   rm -f "$tune/pipeline.rc"
   args=$(printf '%q ' "$@")
   setsid nohup sh -c "python3 bench/training/tune_then_report.py --meshes ${SCENE_MESHES:-.anchors/thin} \

@@ -4,7 +4,7 @@ ours' configs trained on each, one job per GPU at a time, into one table.
     python bench/training/scenes_pool.py --meshes DIR [--scenes a,b] [--split tune|held_out|all]
         [--dvgo DIR] [--no-dvgo]
         [--run "LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]]
-        [--ngp GRIDENCODER_DIR [--ngp-steps N] [--ngp-scenes a,b]]
+        [--ngp GRIDENCODER_DIR [--ngp-steps N] [--ngp-run "LABEL[ on SCENE,...]: OPTIONS"]...]
         [--gpus N] [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
 
 --split picks one half of the scenes (bench_scenes.py's SCENES: `tune`, the scenes every
@@ -16,8 +16,10 @@ on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realis
 `on SCENE,...`: only those of the pool's scenes; the KEY=VALUE are --set options), then
 with --gsplat Gaussian splatting on each scene (bench/compare/gsplat/gsplat_scene.py; gsplat's
 kernels are JIT-built first, on the CPU, as DirectVoxGO's), then with --ngp the instant-ngp
-anchor on each scene (or each of --ngp-scenes: bench_scenes.py --ngp-only; nerfacc's CUDA ops
-and torch-ngp's gridencoder from that folder JIT-built first, on the CPU).
+anchor (bench_scenes.py --ngp-only; nerfacc's CUDA ops and torch-ngp's gridencoder from that
+folder JIT-built first, on the CPU): as `ngp` on every scene, or as each --ngp-run says
+(LABEL: `ngp` or `ngp_<word>`, its name in the table; OPTIONS: bench_nerfacc.py's, e.g.
+`--ngp-samples 65536`, its recipe changed one thing at a time beside the anchor itself).
 A free GPU takes the first job whose scene is generated (and whose build is done): each
 job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU (the n-th of
 the caller's CUDA_VISIBLE_DEVICES where that is set: two pools share a host that way), its output
@@ -47,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench, grid, train
 
 from bench.harness import ROOT  # noqa: E402
-from bench.training.bench_scenes import BenchError, check_label  # noqa: E402
+from bench.training.bench_scenes import BenchError, check_label, check_ngp_label  # noqa: E402
 from bench.training.scene_set import NAMES, SCENES, pick  # noqa: E402
 from bench.training.scenes_table import load_results, save  # noqa: E402
 
@@ -69,6 +71,43 @@ def parse_run(text: str) -> tuple[str, str, list[str], list[str] | None]:
     if any("=" not in s for s in sets):
         raise BenchError(f"--run {label}: expected KEY=VALUE after the ':', got {rest.strip()!r}")
     return label, config or DEFAULT_CONFIG, sets, only
+
+
+def parse_ngp_run(text: str) -> tuple[str, list[str], list[str] | None]:
+    """ "ngp_x on a,b: --opt v" -> (ngp_x, [--opt, v], [a, b] or None: every scene of the
+    pool); BenchError when malformed."""
+    head, _, rest = text.partition(":")
+    label, on, scenes = head.partition(" on ")
+    label = label.strip()
+    check_ngp_label(label)
+    if on and not scenes.strip():
+        raise BenchError(f"--ngp-run {label}: expected scene names after 'on', got none")
+    only = [row[0] for row in pick(scenes, f"--ngp-run {label} on")] if on else None
+    options = shlex.split(rest)
+    if options and not options[0].startswith("--"):
+        raise BenchError(f"--ngp-run {label}: expected bench_nerfacc options, got {rest.strip()!r}")
+    return label, options, only
+
+
+def ngp_runs(args, names: set[str]) -> list[tuple[str, list[str], list[str] | None]]:
+    """The anchor's runs: each --ngp-run parsed, or `ngp` on every scene where --ngp comes
+    alone; none without --ngp. BenchError for a run on none of the pool's scenes, a label
+    given twice, or --ngp-run without --ngp."""
+    if args.ngp is None:
+        if args.ngp_run:
+            raise BenchError("--ngp-run: expected --ngp DIR (torch-ngp's gridencoder) as well")
+        return []
+    runs = [parse_ngp_run(r) for r in args.ngp_run] or [("ngp", [], None)]
+    for label, _, only in runs:
+        if only is not None and not names.intersection(only):
+            raise BenchError(
+                f"--ngp-run {label} on: none of {', '.join(only)} is among the pool's scenes "
+                f"({', '.join(sorted(names))})"
+            )
+    labels = [r[0] for r in runs]
+    if len(set(labels)) < len(labels):
+        raise BenchError(f"--ngp-run: expected each label once, got {', '.join(labels)}")
+    return runs
 
 
 def describe(label: str, config: str, sets: list[str], only: list[str] | None) -> str:
@@ -124,14 +163,14 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "needs": [f"gen_{r[0]}", "gsplat_build"],
                 }
             )
-    if args.ngp:
-        only = set(args.ngp_scenes.split(",")) if args.ngp_scenes else None
+    for label, options, only in args.ngp_runs:
         for r in (r for r in largest if only is None or r[0] in only):
             extra = ["--ngp-only", "--ngp", str(args.ngp), "--ngp-steps", str(args.ngp_steps)]
+            extra += ["--ngp-label", label, "--ngp-args", shlex.join(options)]
             extra += ["--work", str(args.work / "ngp_work")]
             jobs.append(
                 {
-                    "name": f"ngp_{r[0]}",
+                    "name": f"{label}_{r[0]}",
                     "args": ["--scenes", r[0], *extra],
                     "needs": [f"gen_{r[0]}", "ngp_build"],
                 }
@@ -271,7 +310,9 @@ def parse_args(argv=None):
     parser.add_argument("--gsplat-steps", type=int, default=30000)
     parser.add_argument("--ngp", type=Path, default=None, help="torch-ngp's gridencoder folder")
     parser.add_argument("--ngp-steps", type=int, default=20000, help="the ngp anchor's steps")
-    parser.add_argument("--ngp-scenes", default=None, help="default: every scene of the pool")
+    parser.add_argument(
+        "--ngp-run", action="append", default=[], help='"LABEL[ on SCENE,...]: OPTIONS"'
+    )
     parser.add_argument(
         "--run", action="append", default=[], help='"LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."'
     )
@@ -312,13 +353,7 @@ def main(argv=None) -> int:
                 raise BenchError(f"--ngp {args.ngp}: no src/gridencoder.cu there (torch-ngp's)")
             if args.ngp_steps < 1:
                 raise BenchError(f"--ngp-steps: expected at least 1, got {args.ngp_steps}")
-            if args.ngp_scenes:
-                unknown = set(args.ngp_scenes.split(",")) - names
-                if unknown:
-                    raise BenchError(
-                        f"--ngp-scenes: {', '.join(sorted(unknown))} not among the pool's "
-                        f"scenes ({', '.join(sorted(names))})"
-                    )
+        args.ngp_runs = ngp_runs(args, names)
         if args.per_gpu < 1:
             raise BenchError(f"--per-gpu: expected at least 1, got {args.per_gpu}")
         name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
@@ -328,6 +363,11 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "config": "; ".join(describe(*run) for run in args.runs),
         }
+        if args.ngp_runs:
+            meta["ngp"] = "; ".join(
+                f"{label}{' on ' + ','.join(only) if only else ''}: {shlex.join(options)}"
+                for label, options, only in args.ngp_runs
+            )
         jobs = make_jobs(args, rows)
     except BenchError as error:
         print(f"scenes_pool: {error}", file=sys.stderr)

@@ -5,14 +5,14 @@ one host's GPUs (bench/training/scenes_pool.py pools, bench/training/bench_scene
         --candidate "LABEL[@CONFIG]: KEY=VALUE ..." [--candidate ...]
         [--tune-scenes a,b] [--report-scenes c,d] [--report-run "LABEL[@CONFIG]: ..."]...
         [--scale 2,4] [--dvgo-gpus K] [--tune-per-gpu K] [--work DIR]
-        [--ngp GRIDENCODER_DIR [--ngp-scenes a,b] [--ngp-steps N]]
+        [--ngp GRIDENCODER_DIR [--ngp-run "LABEL[ on a,b]: OPTIONS"]... [--ngp-steps N]]
 
 1. At once, on the first K GPUs (--dvgo-gpus, default all but one): the held-out scenes
    generated and DirectVoxGO trained on each (pool `report`); on the other GPUs: every
    --candidate on every tuning scene, without DirectVoxGO (pool `tune`; --tune-per-gpu K
    runs K at once on each of its GPUs: equal steps compare, their seconds are shared).
-   With --ngp, the instant-ngp anchor trains on the held-out scenes (or --ngp-scenes) in
-   the same pool as DirectVoxGO (scenes_pool.py --ngp).
+   With --ngp, the instant-ngp anchor trains on the held-out scenes (or as each --ngp-run
+   says) in the same pool as DirectVoxGO (scenes_pool.py --ngp, --ngp-run).
 2. The rule, fixed before any number is seen: the candidate with the highest mean test PSNR
    over the tuning scenes wins (the first listed on a tie). It is written to
    WORK/choice.json with every candidate's means.
@@ -118,7 +118,7 @@ def parse_args(argv=None):
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "tune_report")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
     parser.add_argument("--ngp", default=None, help="torch-ngp's gridencoder folder: the anchor")
-    parser.add_argument("--ngp-scenes", default=None, help="default: every held-out scene")
+    parser.add_argument("--ngp-run", action="append", default=[], help="scenes_pool.py's")
     parser.add_argument("--ngp-steps", type=int, default=20000)
     return parser.parse_args(argv)
 
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     held_args = ["--scenes", ",".join(report)]
     if args.ngp:  # in both calls of the report pool: its table merges the jobs it is given
         held_args += ["--ngp", args.ngp, "--ngp-steps", str(args.ngp_steps)]
-        held_args += ["--ngp-scenes", args.ngp_scenes] if args.ngp_scenes else []
+        held_args += [a for r in args.ngp_run for a in ("--ngp-run", r)]
     held = pool(args, "report", ids[:dvgo_gpus], held_args)
     runs = [a for c in args.candidate for a in ("--run", c)]
     runs += ["--per-gpu", str(args.tune_per_gpu)]

@@ -266,3 +266,14 @@ def test_ngp_runs_as_a_program_of_its_own_and_its_failure_is_one_error(tmp_path)
         bench_scenes.run_ngp(tmp_path, tmp_path / "work", 5, None)
     with pytest.raises(bench_scenes.BenchError, match="--label"):
         bench_scenes.check_label("ngp")  # the anchor's name in the table
+
+
+@pytest.mark.parametrize("label", ["ngp", "ngp_rays", "ngp_step-2"])
+def test_the_anchor_and_its_variants_are_named_ngp(label):
+    bench_scenes.check_ngp_label(label)
+
+
+@pytest.mark.parametrize("label", ["ours", "ngp_", "ngpx", "ngp_a b", "dvgo"])
+def test_other_anchor_names_are_refused(label):
+    with pytest.raises(bench_scenes.BenchError, match="--ngp-label: expected ngp or ngp_<"):
+        bench_scenes.check_ngp_label(label)

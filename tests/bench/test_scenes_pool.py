@@ -22,6 +22,7 @@ def _args(tmp_path: Path, *extra: str):
     argv = ["--meshes", str(tmp_path), "--out", str(tmp_path / "out")]
     args = scenes_pool.parse_args([*argv, "--work", str(tmp_path / "work"), *extra])
     args.runs = [scenes_pool.parse_run(r) for r in args.run]
+    args.ngp_runs = scenes_pool.ngp_runs(args, set(scenes_pool.NAMES))
     return args
 
 
@@ -189,15 +190,21 @@ def test_gsplat_steps_below_one_are_refused(tmp_path, capsys):
     assert "--gsplat-steps: expected at least 1, got 0" in capsys.readouterr().err
 
 
-def test_ngp_jobs_on_the_scenes_asked_wait_for_their_build(tmp_path, monkeypatch):
-    ngp = ["--ngp", str(tmp_path / "gridencoder"), "--ngp-steps", "7", "--ngp-scenes", "realistic"]
+def test_ngp_runs_on_the_scenes_asked_wait_for_their_build(tmp_path, monkeypatch):
+    ngp = ["--ngp", str(tmp_path / "gridencoder"), "--ngp-steps", "7"]
+    ngp += ["--ngp-run", "ngp on realistic:", "--ngp-run", "ngp_rays: --ngp-samples 65536"]
     args = _args(tmp_path, "--no-dvgo", *ngp)
     jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic,bull_rough"))
-    assert [j["name"] for j in jobs] == ["gen_realistic", "gen_bull_rough", "ngp_realistic"]
+    names = ["gen_realistic", "gen_bull_rough", "ngp_realistic"]
+    assert [j["name"] for j in jobs] == [*names, "ngp_rays_realistic", "ngp_rays_bull_rough"]
     assert jobs[2]["needs"] == ["gen_realistic", "ngp_build"]
     command = jobs[2]["command"]
     assert "--ngp-only" in command and command[command.index("--ngp-steps") + 1] == "7"
     assert command[command.index("--ngp") + 1] == str(tmp_path / "gridencoder")
+    assert command[command.index("--ngp-label") + 1] == "ngp"
+    rays = jobs[3]["command"]
+    assert rays[rays.index("--ngp-label") + 1] == "ngp_rays"
+    assert rays[rays.index("--ngp-args") + 1] == "--ngp-samples 65536"
     jobs = [jobs[0], jobs[2]]
     jobs[0]["command"] = _stand_in(args.work / "jobs" / "gen_realistic", "realistic", "gen", False)
     monkeypatch.setattr(scenes_pool, "NGP_BUILD", "raise SystemExit(1)")  # nerfacc missing
@@ -206,12 +213,21 @@ def test_ngp_jobs_on_the_scenes_asked_wait_for_their_build(tmp_path, monkeypatch
     assert not (args.work / "jobs" / "ngp_realistic").exists()  # skipped, never started
 
 
+def test_ngp_alone_is_the_anchor_on_every_scene(tmp_path):
+    args = _args(tmp_path, "--no-dvgo", "--ngp", str(tmp_path))
+    assert scenes_pool.ngp_runs(args, {"realistic"}) == [("ngp", [], None)]
+    assert scenes_pool.ngp_runs(_args(tmp_path, "--no-dvgo"), {"realistic"}) == []
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
         ([], "no src/gridencoder.cu there"),
         (["--ngp-steps", "0"], "--ngp-steps: expected at least 1, got 0"),
-        (["--ngp-scenes", "bull_rough"], "--ngp-scenes: bull_rough not among the pool's scenes"),
+        (["--ngp-run", "ngp on bull_rough:"], "--ngp-run ngp on: none of bull_rough is among"),
+        (["--ngp-run", "fast: --ngp-step 0.01"], "--ngp-label: expected ngp or ngp_<"),
+        (["--ngp-run", "ngp_a: 0.01"], "--ngp-run ngp_a: expected bench_nerfacc options"),
+        (["--ngp-run", "ngp", "--ngp-run", "ngp"], "--ngp-run: expected each label once"),
     ],
 )
 def test_bad_ngp_arguments_are_refused(tmp_path, capsys, extra, message):
@@ -222,6 +238,12 @@ def test_bad_ngp_arguments_are_refused(tmp_path, capsys, extra, message):
     argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--scenes", "realistic"]
     assert scenes_pool.main([*argv, "--ngp", str(folder), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_ngp_run_without_ngp_is_refused(tmp_path, capsys):
+    argv = ["--meshes", str(tmp_path), "--no-dvgo", "--gpus", "1", "--ngp-run", "ngp:"]
+    assert scenes_pool.main(argv) == 2
+    assert "--ngp-run: expected --ngp DIR" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("on", ["bull_rough", ","])
