@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 import grid
 from train.nerf.model.color_mlp import color_mlp
-from train.nerf.model.encoding import positional_encoding  # VoxelNeRF's view encoding
+from train.nerf.model.encoding import positional_encoding, view_dim  # VoxelNeRF's default
 
 BACKENDS = ("ours", "grid_sample")
 
@@ -99,7 +99,8 @@ class DenseRadianceField(nn.Module):
         self.density = make_grid(backend, resolution, 1, bounds, device)
         self.color = make_grid(backend, resolution, features, bounds, device)
         self.view_frequencies = view_frequencies
-        self.mlp = color_mlp(features, view_frequencies, hidden, device)  # VoxelNeRF's
+        view = view_dim("frequencies", view_frequencies)
+        self.mlp = color_mlp(features, view, hidden, device)  # VoxelNeRF's
         self.shift = math.log(1.0 / (1.0 - alpha_init) - 1.0)
         lo, hi = bounds
         spacings = [(b - a) / (resolution - 1) for a, b in zip(lo, hi, strict=True)]
