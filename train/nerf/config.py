@@ -9,14 +9,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError
 from ..multires_config import validate_multires
 from ..schema import doc, positive
-from .choices import (
-    ACTIVATIONS,
-    CONTRACTIONS,
-    ENCODINGS,
-    MLP_DTYPES,
-    RENDERERS,
-    VIEW_ENCODINGS,
-)
+from .choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS, VIEW_ENCODINGS
 from .data_config import validate_data
 
 if TYPE_CHECKING:

@@ -58,14 +58,7 @@ from torch import Tensor, nn
 from grid import MultiresGrid, OccupancyGrid, VoxelGrid
 from grid.contraction import CONTRACTED_BOUNDS
 
-from ..choices import (
-    ACTIVATIONS,
-    CONTRACTIONS,
-    ENCODINGS,
-    MLP_DTYPES,
-    RENDERERS,
-    VIEW_ENCODINGS,
-)
+from ..choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERERS, VIEW_ENCODINGS
 from .capacity import SampleCapacity, capacity_key
 from .color_mlp import color_mlp
 from .density_activation import activate, density_shift, raw_density
