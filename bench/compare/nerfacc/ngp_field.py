@@ -25,33 +25,10 @@ import torch
 from torch import Tensor, nn
 
 from grid import reference
+from train.nerf.model.encoding import spherical_harmonics  # tiny-cuda-nn's degree 4
 
 LEVELS, FEATURES, LOG2_T, BASE = 16, 2, 19, 16
 GEOMETRY = 15
-#: The real spherical harmonics of bands 0-3 at a unit direction (x, y, z): 16 values.
-SH_C0, SH_C1 = 0.28209479177387814, 0.4886025119029199
-SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792,
-         0.5462742152960396)  # fmt: skip
-SH_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
-         -0.4570457994644658, 1.445305721320277, -0.5900435899266435)  # fmt: skip
-
-
-def spherical_harmonics(d: Tensor) -> Tensor:
-    """d: [N, 3] unit directions -> [N, 16], bands 0 to 3 (tiny-cuda-nn's degree 4)."""
-    x, y, z = d.unbind(-1)
-    xx, yy, zz = x * x, y * y, z * z
-    return torch.stack(
-        [
-            torch.full_like(x, SH_C0),
-            -SH_C1 * y, SH_C1 * z, -SH_C1 * x,
-            SH_C2[0] * x * y, SH_C2[1] * y * z, SH_C2[2] * (2 * zz - xx - yy),
-            SH_C2[3] * x * z, SH_C2[4] * (xx - yy),
-            SH_C3[0] * y * (3 * xx - yy), SH_C3[1] * x * y * z, SH_C3[2] * y * (4 * zz - xx - yy),
-            SH_C3[3] * z * (2 * zz - 3 * xx - 3 * yy), SH_C3[4] * x * (4 * zz - xx - yy),
-            SH_C3[5] * z * (xx - yy), SH_C3[6] * x * (xx - 3 * yy),
-        ],
-        dim=-1,
-    )  # fmt: skip
 
 
 class _TruncExp(torch.autograd.Function):

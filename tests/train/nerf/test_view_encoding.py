@@ -47,6 +47,25 @@ def test_each_band_sums_to_the_addition_theorem_in_every_direction():
         torch.testing.assert_close(total, expected, atol=1e-12, rtol=0)
 
 
+def test_they_are_tiny_cuda_nns_functions():
+    """Against tiny-cuda-nn's degree-4 formulas as written there (in x^2 + y^2 + z^2 forms,
+    so the same values only on unit directions): an independent transcription."""
+    d = directions(1000, seed=5)
+    x, y, z = d.unbind(-1)
+    xx, yy, zz = x * x, y * y, z * z
+    c2, c3 = 1.0925484305920792, (0.5900435899266435, 2.890611442640554, 0.4570457994644658)
+    tcnn = [
+        torch.full_like(x, 0.28209479177387814),
+        *(s * 0.4886025119029199 * v for s, v in ((-1, y), (1, z), (-1, x))),
+        c2 * x * y, -c2 * y * z, 0.31539156525252005 * (2 * zz - xx - yy), -c2 * x * z,
+        0.5462742152960396 * (xx - yy),
+        -c3[0] * y * (3 * xx - yy), c3[1] * x * y * z, -c3[2] * y * (4 * zz - xx - yy),
+        0.3731763325901154 * z * (2 * zz - 3 * xx - 3 * yy), -c3[2] * x * (4 * zz - xx - yy),
+        1.445305721320277 * z * (xx - yy), -c3[0] * x * (xx - 3 * yy),
+    ]  # fmt: skip
+    torch.testing.assert_close(spherical_harmonics(d), torch.stack(tcnn, -1), atol=1e-12, rtol=0)
+
+
 def test_lower_degrees_are_the_first_bands_and_bad_degrees_are_refused():
     d = directions(7, seed=2)
     full = spherical_harmonics(d)
