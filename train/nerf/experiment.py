@@ -69,8 +69,7 @@ def make_model(
     """The VoxelNeRF of `config.nerf` at `resolution`, sampling every `nerf.step_ratio`
     voxels of the `final` grid, on `backend` ("native" or "grid_sample")."""
     keys = ("color_features", "hidden", "view_frequencies", "view_encoding", "step_ratio")
-    keys += ("alpha_init",)
-    keys += ("density_activation",)
+    keys += ("alpha_init", "density_activation")
     keys += ("occupancy_threshold", "weight_threshold", "mlp_dtype", "renderer")
     keys += ("contraction", "far", "outer_samples")
     keys += ("density_encoding", "color_encoding", "density_hidden", "geometry_features")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-#: Values of spherical harmonics of degree 4 (bands l = 0..3, 16 functions): instant-ngp's
-#: view encoding. Real, orthonormal over the sphere, Condon-Shortley signs.
+#: The degree of instant-ngp's view encoding: bands l = 0..3, 16 real spherical harmonics
+#: (orthonormal over the sphere, Condon-Shortley signs).
 SH_DEGREE = 4
 
 
