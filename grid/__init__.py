@@ -1,6 +1,7 @@
 """Dense voxel feature grids for PyTorch: fused trilinear operators (CPU and CUDA), a
 `VoxelGrid` module, and the pieces of a grid-based NeRF renderer (ray marching, an
-occupancy grid, compositing of packed samples, a scene contraction for unbounded scenes).
+occupancy grid, compositing of packed samples, a scene contraction for unbounded scenes, the
+view direction's spherical harmonics).
 
 Examples:
     >>> import torch
@@ -15,6 +16,7 @@ from ._version import __version__
 from .boxes import check_inside, lattice
 from .channels import channels_first, channels_last
 from .contraction import ContractedSamples, contract, sample_contracted, uncontract
+from .directions import spherical_harmonics
 from .marching_cubes import marching_cubes
 from .multires_grid import MultiresGrid
 from .multires_ops import multires
@@ -64,6 +66,7 @@ __all__ = [
     "uncontract",
     "sample_contracted",
     "ContractedSamples",
+    "spherical_harmonics",
     "__version__",
     "MultiresGrid",
     "multires",

@@ -24,8 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from grid import reference
-from train.nerf.model.encoding import spherical_harmonics  # tiny-cuda-nn's degree 4
+from grid import reference, spherical_harmonics  # tiny-cuda-nn's degree 4
 
 LEVELS, FEATURES, LOG2_T, BASE = 16, 2, 19, 16
 GEOMETRY = 15
