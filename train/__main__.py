@@ -240,13 +240,14 @@ def _run(args: argparse.Namespace, world: World) -> tuple[int, bool]:
             if args.resume:
                 _check_resume_args(args)
             out = args.out or Path("runs") / (args.config.stem if args.config else "default")
-            check_run_dir(out, resume=args.resume, overwrite=args.overwrite)
             if args.resume:
                 from .checkpoint import resume_config
 
+                check_run_dir(out, resume=True, overwrite=args.overwrite)
                 config = resume_config(out, args.set)
-            else:
+            else:  # the config's own errors first: fixing --out would only show them next
                 config = load_config(args.config and resolve_config(args.config), args.set)
+                check_run_dir(out, resume=False, overwrite=args.overwrite)
             check_dependencies(config)
             if args.view is not None:
                 _check_view(args.view)

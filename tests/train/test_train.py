@@ -305,6 +305,9 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path, capsys):
     assert f"--out: {out} already holds a run" in err
     assert "--resume" in err and "--overwrite" in err
     assert {name: (out / name).read_bytes() for name in before} == before  # nothing lost
+    # a config error comes first: fixing --out would only show it next
+    assert main(["--out", str(out), *sets(*TINY, "train.steps=-1")]) == 2
+    assert one_line_error(capsys).startswith("grid-train: config error: train.steps: ")
 
 
 def test_overwrite_replaces_the_run_and_keeps_other_files(tmp_path, capsys):
