@@ -11,12 +11,23 @@ from typing import Any
 
 
 def describe_type(tp: Any) -> str:
+    """A type hint in words: "an integer or a list of integers"."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe_type(a) for a in typing.get_args(tp))
     if origin is list:
-        return f"a list of ({describe_type(typing.get_args(tp)[0])})"
+        return f"a list of {_plural(typing.get_args(tp)[0])}"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[tp]
+
+
+def _plural(tp: Any) -> str:
+    """The items of a list in words: "integers", "lists of numbers"."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_plural(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"lists of {_plural(typing.get_args(tp)[0])}"
+    return {int: "integers", float: "numbers", str: "strings", bool: "true or false values"}[tp]
 
 
 def coerce(value: Any, tp: Any) -> Any:

@@ -86,7 +86,13 @@ def test_config_error_in_a_file(tmp_path):
     with pytest.raises(ConfigError, match=r"^train.batch: unknown key; did you mean 'batch_size'"):
         load_config(path)
     path.write_text("[grid]\nresolution = '64'\n")
-    with pytest.raises(ConfigError, match=r"^grid.resolution: expected an integer or a list"):
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value) == (
+        "grid.resolution: expected an integer or a list of integers, got '64' (string)"
+    )
+    path.write_text("[grid]\nbounds = [1, 2]\n")
+    with pytest.raises(ConfigError, match=r"^grid.bounds: expected a list of lists of numbers"):
         load_config(path)
 
 
