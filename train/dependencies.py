@@ -14,14 +14,22 @@ from .errors import MissingDependencyError
 if TYPE_CHECKING:
     from .config import Config
 
-# The distribution is densegrid; in a checkout the same extras install from '.'.
-INSTALL_TRAIN = "pip install 'densegrid[train]' (from a checkout: pip install '.[train]')"
-INSTALL_SDF = "pip install 'densegrid[sdf]' (from a checkout: pip install '.[sdf]')"
-INSTALL_VIEW = "pip install 'densegrid[view]' (from a checkout: pip install '.[view]')"
-INSTALL_VIDEO = "pip install 'densegrid[video]' (from a checkout: pip install '.[video]')"
-INSTALL_TENSORBOARD = (
-    "pip install 'densegrid[tensorboard]' (from a checkout: pip install '.[tensorboard]')"
-)
+
+def install_hint(extra: str) -> str:
+    """How to install an extra: the distribution is densegrid; in a checkout the same extra
+    installs from '.', built against the installed torch (--no-build-isolation: the build
+    needs it, and must not fetch another)."""
+    return (
+        f"pip install 'densegrid[{extra}]' (from a checkout: pip install --no-build-isolation "
+        f"-e '.[{extra}]')"
+    )
+
+
+INSTALL_TRAIN = install_hint("train")
+INSTALL_SDF = install_hint("sdf")
+INSTALL_VIEW = install_hint("view")
+INSTALL_VIDEO = install_hint("video")
+INSTALL_TENSORBOARD = install_hint("tensorboard")
 
 
 def require(

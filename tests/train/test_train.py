@@ -445,7 +445,10 @@ def test_missing_matplotlib_is_found_before_training(tmp_path, capsys, monkeypat
     assert main(["--out", str(out), *sets(*TINY, "output.pictures=true")]) == 2
     err = one_line_error(capsys)
     assert err.startswith("grid-train: missing dependency: output.pictures: "), err
-    assert "pip install '.[train]'" in err and "--set output.pictures=false" in err
+    assert (
+        "pip install --no-build-isolation -e '.[train]'" in err
+        and "--set output.pictures=false" in err
+    )
     assert not out.exists()  # nothing was started
     assert main(["--out", str(out), *sets(*TINY)]) == 0  # pictures off: no matplotlib needed
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import torch
 from PIL import Image  # installed with matplotlib
 
-from train.nerf.data.blender import DatasetError, Views, camera_rays, load_blender
+from train.nerf.data.blender import DatasetError, Views, camera_rays, load_blender, read_png
 
 ANGLE = 0.6911112070083618  # the original scenes' camera_angle_x
 
@@ -235,3 +236,13 @@ def test_bad_arguments(scene, kwargs, message):
     with pytest.raises(ValueError, match=message) as info:
         load_blender(root, **kwargs)
     assert not isinstance(info.value, DatasetError)  # a bad argument, not a bad file
+
+
+def test_reading_images_without_pillow_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PIL", None)  # `from PIL import Image` raises ImportError
+    with pytest.raises(DatasetError) as error:
+        read_png(tmp_path / "r_0.png")
+    message = str(error.value)
+    assert "reading images needs Pillow" in message
+    assert "pip install 'densegrid[train]'" in message
+    assert "pip install --no-build-isolation -e '.[train]'" in message

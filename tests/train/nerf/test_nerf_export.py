@@ -258,5 +258,8 @@ def test_missing_tensorboard_is_found_before_training(tmp_path, capsys, monkeypa
     assert train_main(["--out", str(out), *args]) == 2
     line = one_line(capsys)
     assert line.startswith("grid-train: missing dependency: output.tensorboard: TensorBoard")
-    assert "pip install '.[tensorboard]'" in line and "--set output.tensorboard=false" in line
+    assert (
+        "pip install --no-build-isolation -e '.[tensorboard]'" in line
+        and "--set output.tensorboard=false" in line
+    )
     assert not out.exists() and not (tmp_path / "scene").exists()

@@ -354,7 +354,7 @@ def test_missing_scipy_is_found_before_training(tmp_path, capsys, monkeypatch):
     assert main(["--out", str(out), *sets(*SHORT)]) == 2
     err = one_line_error(capsys)
     assert err.startswith("grid-train: missing dependency: output.mesh: "), err
-    assert "need scipy, which" in err and "pip install '.[sdf]'" in err
+    assert "need scipy, which" in err and "pip install --no-build-isolation -e '.[sdf]'" in err
     assert "--set output.mesh=false" in err
     assert not out.exists()
     assert main(["--out", str(out), *sets(*SHORT, "output.mesh=false")]) == 0

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ...dependencies import require
+from ...dependencies import install_hint, require
 from ...errors import ConfigError, InputFileError, plural
 from .orient import CENTRES, Orientation, View, llff_poses, orient
 
-INSTALL_CAPTURE = "pip install 'densegrid[capture]' (from a checkout: pip install '.[capture]')"
+INSTALL_CAPTURE = install_hint("capture")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
 MIN_IMAGES = 3
 PROG = "python -m train.nerf.capture.poses"

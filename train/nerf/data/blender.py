@@ -298,10 +298,12 @@ def read_png(image_path: Path) -> np.ndarray:
     try:
         from PIL import Image  # Pillow is a dependency of matplotlib (the `train` extra)
     except ImportError:
+        from ...dependencies import install_hint
+
         raise DatasetError(
             image_path,
             "reading images needs Pillow, which comes with matplotlib: "
-            "pip install matplotlib (or pip install 'grid[train]')",
+            f"pip install matplotlib (or {install_hint('train')})",
         ) from None
     try:
         with Image.open(image_path) as image:
