@@ -10,24 +10,21 @@ from typing import Any
 # ---- types --------------------------------------------------------------------------------
 
 
-def describe_type(tp: Any) -> str:
-    """A type hint in words: "an integer or a list of integers"."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe_type(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"a list of {_plural(typing.get_args(tp)[0])}"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[tp]
+#: A scalar type in words, alone and as the items of a list.
+_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_PLURALS = {int: "integers", float: "numbers", str: "strings", bool: "true or false values"}
 
 
-def _plural(tp: Any) -> str:
-    """The items of a list in words: "integers", "lists of numbers"."""
+def describe_type(tp: Any, plural: bool = False) -> str:
+    """A type hint in words: "an integer or a list of integers" ("integers or lists of
+    integers" as a list's items, `plural`)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_plural(a) for a in typing.get_args(tp))
+        return " or ".join(describe_type(a, plural) for a in typing.get_args(tp))
     if origin is list:
-        return f"lists of {_plural(typing.get_args(tp)[0])}"
-    return {int: "integers", float: "numbers", str: "strings", bool: "true or false values"}[tp]
+        items = describe_type(typing.get_args(tp)[0], plural=True)
+        return f"lists of {items}" if plural else f"a list of {items}"
+    return (_PLURALS if plural else _NAMES)[tp]
 
 
 def coerce(value: Any, tp: Any) -> Any:
