@@ -64,13 +64,29 @@ def parse_run(text: str) -> tuple[str, str, list[str], list[str] | None]:
     head, on, scenes = head.partition(" on ")
     label, _, config = head.strip().partition("@")
     check_label(label)
-    if on and not scenes.strip():
-        raise BenchError(f"--run {label}: expected scene names after 'on', got none")
-    only = [row[0] for row in pick(scenes, f"--run {label} on")] if on else None
+    only = scenes_on("--run", label, scenes) if on else None
     sets = rest.split()
     if any("=" not in s for s in sets):
         raise BenchError(f"--run {label}: expected KEY=VALUE after the ':', got {rest.strip()!r}")
     return label, config or DEFAULT_CONFIG, sets, only
+
+
+def scenes_on(option: str, label: str, scenes: str) -> list[str]:
+    """The scenes named after a run's 'on' (`option`'s run `label`); BenchError when none or
+    an unknown one."""
+    if not scenes.strip():
+        raise BenchError(f"{option} {label}: expected scene names after 'on', got none")
+    return [row[0] for row in pick(scenes, f"{option} {label} on")]
+
+
+def check_on_pool(option: str, label: str, only: list[str] | None, names: set[str]) -> None:
+    """BenchError when a run's 'on' scenes (`only`; None: every scene) are none of the
+    pool's `names`."""
+    if only is not None and not names.intersection(only):
+        raise BenchError(
+            f"{option} {label} on: none of {', '.join(only) or 'no scene'} is among the "
+            f"pool's scenes ({', '.join(sorted(names))})"
+        )
 
 
 def parse_ngp_run(text: str) -> tuple[str, list[str], list[str] | None]:
@@ -80,9 +96,7 @@ def parse_ngp_run(text: str) -> tuple[str, list[str], list[str] | None]:
     label, on, scenes = head.partition(" on ")
     label = label.strip()
     check_ngp_label(label)
-    if on and not scenes.strip():
-        raise BenchError(f"--ngp-run {label}: expected scene names after 'on', got none")
-    only = [row[0] for row in pick(scenes, f"--ngp-run {label} on")] if on else None
+    only = scenes_on("--ngp-run", label, scenes) if on else None
     options = shlex.split(rest)
     if options and not options[0].startswith("--"):
         raise BenchError(f"--ngp-run {label}: expected bench_nerfacc options, got {rest.strip()!r}")
@@ -99,11 +113,7 @@ def ngp_runs(args, names: set[str]) -> list[tuple[str, list[str], list[str] | No
         return []
     runs = [parse_ngp_run(r) for r in args.ngp_run] or [("ngp", [], None)]
     for label, _, only in runs:
-        if only is not None and not names.intersection(only):
-            raise BenchError(
-                f"--ngp-run {label} on: none of {', '.join(only)} is among the pool's scenes "
-                f"({', '.join(sorted(names))})"
-            )
+        check_on_pool("--ngp-run", label, only, names)
     labels = [r[0] for r in runs]
     if len(set(labels)) < len(labels):
         raise BenchError(f"--ngp-run: expected each label once, got {', '.join(labels)}")
@@ -333,11 +343,7 @@ def main(argv=None) -> int:
         args.runs = [parse_run(r) for r in args.run]
         names = {r[0] for r in rows}
         for label, _, _, only in args.runs:
-            if only is not None and not names.intersection(only):
-                raise BenchError(
-                    f"--run {label} on: none of {', '.join(only) or 'no scene'} is among the "
-                    f"pool's scenes ({', '.join(sorted(names))})"
-                )
+            check_on_pool("--run", label, only, names)
         if not args.no_dvgo and not (args.dvgo / "run_dvgo.py").is_file():
             raise BenchError(f"--dvgo {args.dvgo}: no run_dvgo.py there (or pass --no-dvgo)")
         import torch
