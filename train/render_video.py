@@ -128,6 +128,11 @@ def check_options(args: argparse.Namespace) -> None:
         )
     if args.seconds is not None and args.path not in SHAPES:
         raise ConfigError("--seconds: only for orbit and spiral (a path file has its own)")
+
+
+def check_video_packages(args: argparse.Namespace) -> None:
+    """MissingDependencyError naming --out when a video is asked for without its packages:
+    after every option and the run are checked, so a bad value is named first."""
     if args.out is not None:
         require("imageio", key="--out", needs="videos", install=INSTALL_VIDEO)
         require(
@@ -153,6 +158,7 @@ def render(args: argparse.Namespace) -> str:
         raise ConfigError(f"RUN: {run} is not a directory (a run directory: grid-train's --out)")
     if not (run / CHECKPOINT).is_file():
         raise ConfigError(f"RUN: no {CHECKPOINT} in {run} (train it first: grid-train --out RUN)")
+    check_video_packages(args)
     checkpoint = load_checkpoint(run)
     module = camera_module(checkpoint.get("kind", FORMAT_1_KIND), run)
     config = load_config(base=checkpoint["config"])

@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -215,27 +216,31 @@ def test_a_bad_camera_path_file_is_one_line_naming_it(run, tmp_path, case):
     assert err.count("\n") == 1 and f"--path: {file}: " in err and message in err, err
 
 
-def test_bad_render_arguments_are_one_line_naming_the_option(run, tmp_path):
-    cases = {
-        (
-            "--path",
-            "circle",
-            "--out",
-            "v.mp4",
-        ): "--path: expected orbit, spiral or a camera_path.json",
-        ("--path", "orbit"): "--out: expected a video file to write",
-        ("--path", "orbit", "--out", "v.mp4", "--fps", "0"): "--fps: expected a number > 0",
-        ("--path", "orbit", "--out", "v.mp4", "--width", "0"): "--width: expected pixels",
-        (
-            "--path",
-            "orbit",
-            "--out",
-            "v.mp4",
-            "--device",
-            "tpu",
-        ): "--device: expected auto, cpu or cuda",
-    }
-    for extra, message in cases.items():
+BAD_RENDER_ARGUMENTS = {
+    ("--path", "circle", "--out", "v.mp4"): "--path: expected orbit, spiral or a camera_path.json",
+    ("--path", "orbit"): "--out: expected a video file to write",
+    ("--path", "orbit", "--out", "v.mp4", "--fps", "0"): "--fps: expected a number > 0",
+    ("--path", "orbit", "--out", "v.mp4", "--width", "0"): "--width: expected pixels",
+    (
+        "--path",
+        "orbit",
+        "--out",
+        "v.mp4",
+        "--device",
+        "tpu",
+    ): "--device: expected auto, cpu or cuda",
+}
+
+
+@pytest.mark.parametrize("video_packages", [True, False], ids=["with imageio", "without imageio"])
+def test_bad_render_arguments_are_one_line_naming_the_option(
+    run, tmp_path, monkeypatch, video_packages
+):
+    """A bad option or run is named first, whether or not the video packages are installed
+    (without them, a good command names --out and how to install them)."""
+    if not video_packages:
+        monkeypatch.setitem(sys.modules, "imageio", None)  # its import raises ImportError
+    for extra, message in BAD_RENDER_ARGUMENTS.items():
         code, err = quiet(train_main, ["render", str(run), *extra])
         assert code == 2 and err.count("\n") == 1 and message in err, (extra, err)
     missing = tmp_path / "nowhere"
@@ -243,6 +248,10 @@ def test_bad_render_arguments_are_one_line_naming_the_option(run, tmp_path):
     assert code == 2 and f"RUN: {missing} is not a directory" in err, err
     code, err = quiet(train_main, ["render", str(tmp_path), "--path", "orbit", "--out", "v.mp4"])
     assert code == 2 and f"RUN: no checkpoint.pt in {tmp_path}" in err, err
+    if not video_packages:
+        code, err = quiet(train_main, ["render", str(run), "--path", "orbit", "--out", "v.mp4"])
+        assert code == 2 and err.count("\n") == 1, err
+        assert "--out: videos need imageio" in err and "[video]" in err, err
 
 
 def test_a_run_that_is_no_radiance_field_has_no_camera_path(tmp_path):
@@ -316,14 +325,23 @@ def test_progressive_frames_preview_then_the_full_offline_render(trained):
         renderer.stop()
 
 
-def test_view_errors_are_one_line_naming_run(tmp_path):
-    pytest.importorskip("viser")
+@pytest.mark.parametrize("viser", [True, False], ids=["with viser", "without viser"])
+def test_view_errors_are_one_line_naming_run(run, tmp_path, monkeypatch, viser):
+    """A wrong RUN or option is named first; without viser, a good one names the package."""
+    if viser:
+        pytest.importorskip("viser")
+    else:
+        monkeypatch.setitem(sys.modules, "viser", None)  # its import raises ImportError
     code, err = quiet(train_main, ["view", str(tmp_path / "nowhere")])
     assert code == 2 and err.count("\n") == 1 and "RUN: " in err and "is not a directory" in err
     code, err = quiet(train_main, ["view", str(tmp_path)])
     assert code == 2 and f"RUN: no checkpoint.pt in {tmp_path}" in err, err
     code, err = quiet(train_main, ["view", str(tmp_path), "--max-size", "4"])
     assert code == 2 and "--max-size: expected pixels >= 16" in err, err
+    if not viser:
+        code, err = quiet(train_main, ["view", str(run)])
+        assert code == 2 and err.count("\n") == 1, err
+        assert "the viewer needs viser" in err and "[view]" in err, err
 
 
 ONLY_CANVASES = "* { visibility: hidden !important } canvas { visibility: visible !important }"

@@ -72,11 +72,6 @@ class Viewer:
     def __init__(
         self, out: Path, options: ViewOptions, *, host: str, port: int, wait: bool = False
     ) -> None:
-        require(
-            "viser", key="grid-train view", needs="the viewer", install=INSTALL_VIEW, singular=True
-        )
-        import viser
-
         if not out.is_dir() and not wait:  # a starting run makes it once its data is read
             raise ConfigError(
                 f"RUN: {out} is not a directory (a run directory: grid-train's --out)"
@@ -86,6 +81,12 @@ class Viewer:
                 f"RUN: no {CHECKPOINT} in {out} (train it first, or watch it train: "
                 "grid-train --config FILE --out RUN --view)"
             )
+        # after the run's checks: a wrong RUN is named whether or not viser is installed
+        require(
+            "viser", key="grid-train view", needs="the viewer", install=INSTALL_VIEW, singular=True
+        )
+        import viser
+
         self.out, self.options, self.host = out, options, host
         self.server = viser.ViserServer(host=host, port=port, verbose=False)
         self.server.gui.configure_theme(control_width="medium")
