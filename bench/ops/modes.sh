@@ -20,13 +20,18 @@ if { [ "$what" = all ] || [ "$what" = tests ]; } && [ "${TEST_SHARDS:-1}" -gt 1 
   # TEST_SHARDS=K: the test files split into K shards of about equal bytes, one pytest each,
   # at once (every shard sees every GPU; a suite of small CUDA tests shares one GPU well and
   # a host's CPUs run the rest): the whole suite in about 1/K of its time. Each shard's log in
-  # $OUT/tests_<i>.log, all of them in $OUT/tests.log.
+  # $OUT/tests_<i>.log, all of them in $OUT/tests.log. Each shard's torch gets its share of
+  # the host's cores (OMP_NUM_THREADS, unless set): K shards of a thread a core each
+  # oversubscribe the host K times over, and slow every job beside them.
   # shellcheck disable=SC2086  # TESTS is a list of paths
   mapfile -t shards < <(python3 bench/ops/shard_tests.py "$TEST_SHARDS" ${TESTS:-tests/})
+  threads=${OMP_NUM_THREADS:-$(($(nproc) / TEST_SHARDS))}
+  [ "$threads" -ge 1 ] || threads=1
   pids=()
   for i in "${!shards[@]}"; do
     # shellcheck disable=SC2086  # a shard is a list of paths
-    python3 -m pytest -q -p no:cacheprovider -rfE ${shards[$i]} >"$OUT/tests_$i.log" 2>&1 &
+    OMP_NUM_THREADS=$threads python3 -m pytest -q -p no:cacheprovider -rfE ${shards[$i]} \
+      >"$OUT/tests_$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
