@@ -28,7 +28,9 @@ numbers of all finished jobs are merged into --out/scenes.json and scenes.md
 (bench_scenes.py's table), so a pool cut short keeps what finished, and a later pool with
 the same --work keeps the jobs that wrote their scenes.json instead of running them again.
 `--per-gpu K` runs K jobs at once on each GPU (for quality comparisons at equal steps on a
-host with few GPUs: their seconds are then not each job's alone). The scenes are generated
+host with few GPUs: their seconds are then not each job's alone); the anchors' jobs
+(DirectVoxGO, gsplat, ngp: host-bound, and their seconds are what ours are held against)
+still run alone on their GPU. The scenes are generated
 with the first --run's config (every run must describe the same scenes). Jobs on different
 GPUs share the host's CPUs: a job's seconds are its own GPU's with the other GPUs busy as
 well (the table says how many GPUs ran); DirectVoxGO, whose steps wait on Python, measured
@@ -127,7 +129,8 @@ def describe(label: str, config: str, sets: list[str], only: list[str] | None) -
 
 
 def make_jobs(args, rows: list[tuple]) -> list[dict]:
-    """Every job of the pool: name, bench_scenes.py arguments, what it waits for."""
+    """Every job of the pool: name, bench_scenes.py arguments, what it waits for, and
+    whether it runs alone on its GPU (the anchors', whatever --per-gpu says)."""
     base = [sys.executable, str(HERE / "bench_scenes.py"), "--meshes", args.meshes]
     base += ["--data", str(args.data)] + (["--size", str(args.size)] if args.size else [])
     largest = sorted(rows, key=lambda r: -r[3])
@@ -148,6 +151,7 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "name": f"dvgo_{r[0]}",
                     "args": ["--scenes", r[0], *dvgo, *work],
                     "needs": [f"gen_{r[0]}", "dvgo_build"],
+                    "alone": True,  # host-bound, and its seconds are the verdict's other side
                 }
             )
     for label, config, sets, only in args.runs:
@@ -171,6 +175,7 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "name": f"gsplat_{r[0]}",
                     "args": ["--scenes", r[0], *extra],
                     "needs": [f"gen_{r[0]}", "gsplat_build"],
+                    "alone": True,  # host-bound, and its seconds are the verdict's other side
                 }
             )
     for label, options, only in args.ngp_runs:
@@ -183,10 +188,12 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
                     "name": f"{label}_{r[0]}",
                     "args": ["--scenes", r[0], *extra],
                     "needs": [f"gen_{r[0]}", "ngp_build"],
+                    "alone": True,  # host-bound, and its seconds are the verdict's other side
                 }
             )
     for job in jobs:  # absolute: DirectVoxGO runs in its own folder
         job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
+        job.setdefault("alone", False)
     return jobs
 
 
@@ -283,9 +290,13 @@ def run_pool(args, jobs: list[dict], gpus: int, meta: dict) -> int:
             )
         for slot in (k for k in range(gpus * args.per_gpu) if k not in running):
             gpu = slot % gpus
-            job = next((j for j in waiting if all(done.get(n) == 0 for n in j["needs"])), None)
+            here = [j for k, (j, *_) in running.items() if k % gpus == gpu]
+            if any(j["alone"] for j in here):
+                continue
+            ready = (j for j in waiting if all(done.get(n) == 0 for n in j["needs"]))
+            job = next((j for j in ready if not (j["alone"] and here)), None)
             if job is None:
-                break
+                continue  # another GPU may be empty, for an anchor
             waiting.remove(job)
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=device_id(gpu))
             log = (args.work / "logs" / f"{job['name']}.log").open("w")

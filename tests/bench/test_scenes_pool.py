@@ -4,6 +4,7 @@ stand-in jobs (a small Python program per job instead of bench_scenes.py): one j
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -151,6 +152,34 @@ def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path, monkeypatch):
     assert [gpu for _, gpu in ran] == ["0", "0"]
     (a, _), (b, _) = ran
     assert abs(float(a) - float(b)) < 0.25  # both started before either's 0.3 s ended
+
+
+def test_anchors_run_alone_on_their_gpu_whatever_per_gpu_says(tmp_path, monkeypatch):
+    """With two jobs a GPU, an anchor's job starts only on an idle GPU and nothing starts
+    beside it; ours' jobs still share."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    ngp = ["--ngp", str(tmp_path / "gridencoder"), "--ngp-run", "ngp:", "--ngp-run", "ngp_a:"]
+    args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2", "--run", "a", "--run", "b", *ngp)
+    jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic"))
+    alone = {j["name"]: j["alone"] for j in jobs}
+    assert alone == {
+        "gen_realistic": False,
+        "a_realistic": False,
+        "b_realistic": False,
+        "ngp_realistic": True,
+        "ngp_a_realistic": True,
+    }
+    for job in jobs:
+        job["command"] = _stand_in(args.work / "jobs" / job["name"], "realistic", "x", False)
+    monkeypatch.setattr(scenes_pool, "NGP_BUILD", "pass")
+    meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
+    assert scenes_pool.run_pool(args, jobs, 1, meta) == 0
+    start = {n: float((args.work / "jobs" / n / "ran").read_text().split()[0]) for n in alone}
+    assert abs(start["a_realistic"] - start["b_realistic"]) < 0.25  # ours: two at once
+    runs = sorted((start[n], start[n] + 0.3, n) for n in alone)  # each job sleeps 0.3 s
+    for (_, end, first), (begin, _, second) in itertools.pairwise(runs):
+        if alone[first] or alone[second]:
+            assert begin >= end, (first, second)  # an anchor shares its GPU with no job
 
 
 def test_per_gpu_below_one_is_refused(tmp_path, capsys):
