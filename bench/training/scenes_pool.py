@@ -138,62 +138,45 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
     # (data.*) would generate it again, while other jobs read it
     label, config, sets, _ = args.runs[0] if args.runs else ("", DEFAULT_CONFIG, [], None)
     same = ["--config", config, *(a for s in sets for a in ("--set", s))]
-    jobs = [
-        {"name": f"gen_{r[0]}", "args": ["--scenes", r[0], "--generate-only", *same], "needs": []}
-        for r in largest
-    ]
+
+    def on(only: list[str] | None) -> list[tuple]:
+        return [r for r in largest if only is None or r[0] in only]
+
+    def job(name: str, scene: str, extra: list[str], needs: list[str], alone=False) -> dict:
+        own = ["--scenes", scene, *extra]
+        out = ["--out", str(args.work / "jobs" / name)]  # absolute: DirectVoxGO runs elsewhere
+        return {
+            "name": name,
+            "args": own,
+            "command": [*base, *own, *out],
+            "needs": needs,
+            "alone": alone,
+        }
+
+    def anchor(name: str, scene: str, extra: list[str], build: str) -> dict:
+        """An anchor's job waits for its extensions' build as well as the scene, and runs
+        alone on its GPU: host-bound, and its seconds are the verdict's other side."""
+        return job(name, scene, extra, [f"gen_{scene}", build], alone=True)
+
+    jobs = [job(f"gen_{r[0]}", r[0], ["--generate-only", *same], []) for r in largest]
     if not args.no_dvgo:
         dvgo = ["--dvgo-only", "--dvgo", str(args.dvgo), "--dvgo-log", str(args.work / "dvgo_logs")]
-        for r in largest:
-            work = ["--work", str(args.work / "dvgo_work")]
-            jobs.append(
-                {
-                    "name": f"dvgo_{r[0]}",
-                    "args": ["--scenes", r[0], *dvgo, *work],
-                    "needs": [f"gen_{r[0]}", "dvgo_build"],
-                    "alone": True,  # host-bound, and its seconds are the verdict's other side
-                }
-            )
+        dvgo += ["--work", str(args.work / "dvgo_work")]
+        jobs += [anchor(f"dvgo_{r[0]}", r[0], dvgo, "dvgo_build") for r in largest]
     for label, config, sets, only in args.runs:
-        for r in (r for r in largest if only is None or r[0] in only):
-            extra = ["--ours-only", "--label", label, "--config", config]
-            extra += ["--work", str(args.work / "runs" / label)]
-            extra += [a for s in sets for a in ("--set", s)]
-            jobs.append(
-                {
-                    "name": f"{label}_{r[0]}",
-                    "args": ["--scenes", r[0], *extra],
-                    "needs": [f"gen_{r[0]}"],
-                }
-            )
+        extra = ["--ours-only", "--label", label, "--config", config]
+        extra += ["--work", str(args.work / "runs" / label)]
+        extra += [a for s in sets for a in ("--set", s)]
+        jobs += [job(f"{label}_{r[0]}", r[0], extra, [f"gen_{r[0]}"]) for r in on(only)]
     if args.gsplat:
-        for r in largest:
-            extra = ["--gsplat-only", "--gsplat-steps", str(args.gsplat_steps)]
-            extra += ["--work", str(args.work / "gsplat_work")]
-            jobs.append(
-                {
-                    "name": f"gsplat_{r[0]}",
-                    "args": ["--scenes", r[0], *extra],
-                    "needs": [f"gen_{r[0]}", "gsplat_build"],
-                    "alone": True,  # host-bound, and its seconds are the verdict's other side
-                }
-            )
+        extra = ["--gsplat-only", "--gsplat-steps", str(args.gsplat_steps)]
+        extra += ["--work", str(args.work / "gsplat_work")]
+        jobs += [anchor(f"gsplat_{r[0]}", r[0], extra, "gsplat_build") for r in largest]
     for label, options, only in args.ngp_runs:
-        for r in (r for r in largest if only is None or r[0] in only):
-            extra = ["--ngp-only", "--ngp", str(args.ngp), "--ngp-steps", str(args.ngp_steps)]
-            extra += ["--ngp-label", label, "--ngp-args", shlex.join(options)]
-            extra += ["--work", str(args.work / "ngp_work")]
-            jobs.append(
-                {
-                    "name": f"{label}_{r[0]}",
-                    "args": ["--scenes", r[0], *extra],
-                    "needs": [f"gen_{r[0]}", "ngp_build"],
-                    "alone": True,  # host-bound, and its seconds are the verdict's other side
-                }
-            )
-    for job in jobs:  # absolute: DirectVoxGO runs in its own folder
-        job["command"] = [*base, *job["args"], "--out", str(args.work / "jobs" / job["name"])]
-        job.setdefault("alone", False)
+        extra = ["--ngp-only", "--ngp", str(args.ngp), "--ngp-steps", str(args.ngp_steps)]
+        extra += ["--ngp-label", label, "--ngp-args", shlex.join(options)]
+        extra += ["--work", str(args.work / "ngp_work")]
+        jobs += [anchor(f"{label}_{r[0]}", r[0], extra, "ngp_build") for r in on(only)]
     return jobs
 
 
