@@ -20,7 +20,7 @@
 # This script does what every mode shares: the device's description ($OUT/device.txt), the
 # environment (TORCH_CUDA_ARCH_LIST, MAX_JOBS, TORCH_EXTENSIONS_DIR), and the build: JIT
 # for most modes, in place (setup.py build_ext --inplace, as `pip install -e` does) for sdf
-# and view, none for wheel (it builds its own). Then the runner, whose exit status it returns.
+# and view, none for wheel (it builds its own) and the wait modes (they read files). Then the runner, whose exit status it returns.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,9 +42,15 @@ mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/grid_ext}
 
+# The wait modes only read a running pool's files: they neither import torch nor build. On a
+# host whose GPUs and cores the pool keeps busy, the build's check alone (importing grid)
+# took minutes, and a collecting call spent its time there and brought nothing back.
+waiting=false
+case $what in scenes-wait | tune-wait) waiting=true ;; esac
+
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv \
   | tee "$OUT/device.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
+$waiting || python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
   | tee -a "$OUT/device.txt"
 
 # scenes-wait on a machine that holds no pool (a fresh one: the last was taken back) would
@@ -61,7 +67,7 @@ fi
 
 start=$(date +%s)
 case $what in
-  wheel) ;;
+  wheel | scenes-wait | tune-wait) ;;
   sdf | view)
     python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }
     python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)"
