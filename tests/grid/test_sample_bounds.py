@@ -190,7 +190,10 @@ def test_torch_compile_fullgraph(device):
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     a = torch.autograd.grad(compiled(f, p), f)[0]
     b = torch.autograd.grad(model(f, p), f)[0]
-    assert torch.equal(a, b)
+    if device == "cpu":
+        assert torch.equal(a, b)
+    else:  # the CUDA backward adds with atomics: its sums' order, so their rounding, varies
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
 
 
 @needs_cuda

@@ -121,13 +121,19 @@ def test_import_grid_after_torch_imports_grid_alone():
     code = (
         "import sys, torch\n"
         "before = set(sys.modules)\n"
-        "import grid\n"
+        "import grid, grid._backend\n"
+        "print(grid._backend.source)\n"
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] != 'grid'))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert done.stdout.strip() == "[]"
+    source, modules = done.stdout.strip().splitlines()
+    if source == "jit":  # a checkout without the built extension compiles it at import
+        pytest.skip(
+            "the JIT build imports torch.utils.cpp_extension; users import an installed one"
+        )
+    assert (source, modules) == ("installed", "[]")
 
 
 def test_keys_are_the_rows_of_the_docs_table():

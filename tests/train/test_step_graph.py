@@ -178,8 +178,8 @@ def test_captured_field_steps_equal_eager_steps_bitwise():
     finally:
         torch.use_deterministic_algorithms(False)
     assert runner.captures == 2  # one per resolution
-    for a, b in zip(eager_values, graph_values, strict=True):
-        assert torch.equal(a, b)
+    for step, (a, b) in enumerate(zip(eager_values, graph_values, strict=True)):
+        assert torch.equal(a, b), f"step {step}: eager {a.item()!r}, captured {b.item()!r}"
     assert torch.equal(eager.model.features, graph.model.features)
     sa, sb = (e.optimizer.state[e.model.features] for e in (eager, graph))
     for key in ("exp_avg", "exp_avg_sq", "step"):
