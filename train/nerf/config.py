@@ -24,7 +24,12 @@ APPEARANCES = ("off", "affine")
 
 @dataclass
 class NerfConfig:
-    STEP_KEYS = ("occupancy_start", "occupancy_every", "occupancy_grow_until")  # train.config
+    STEP_KEYS = (  # train.config
+        "occupancy_start",
+        "occupancy_every",
+        "occupancy_grow_until",
+        "priors_until",
+    )
     density_encoding: str = doc(
         "nerf: `dense` (a one-channel VoxelGrid, DirectVoxGO's) or `multires` (instant-ngp's: "
         "an MLP of one hidden layer of `density_hidden` over a grid.MultiresGrid shaped by "
@@ -148,6 +153,13 @@ class NerfConfig:
         "entropy_last, 0.001 in its fine stage): rays end either empty or opaque.",
         0.0,
     )
+    priors_until: int = doc(
+        "nerf: the step from which nerf.sample_color_weight and nerf.entropy_weight are off "
+        "(0: the whole run). Both assume a pixel is one opaque surface's colour: true of "
+        "matte and mirror looks, false of see-through ones, whose pixels blend a faint wall "
+        "and what lies behind it.",
+        0,
+    )
     view_consistency_weight: float = doc(
         "nerf: weight of the view-consistency penalty: each coloured training sample's colour "
         "against its colour along another ray's direction of the batch, compositing weight x "
@@ -218,7 +230,13 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     for key in ("color_features", "hidden", "occupancy_every", "view_consistency_stride"):
         if getattr(n, key) < 1:
             raise ConfigError(f"nerf.{key}: expected an integer >= 1, got {getattr(n, key)}")
-    for key in ("view_frequencies", "occupancy_start", "occupancy_grow_until", "lr_decay_steps"):
+    for key in (
+        "view_frequencies",
+        "occupancy_start",
+        "occupancy_grow_until",
+        "lr_decay_steps",
+        "priors_until",
+    ):
         if getattr(n, key) < 0:
             raise ConfigError(f"nerf.{key}: expected an integer >= 0, got {getattr(n, key)}")
     if n.optimizer not in OPTIMIZERS:
@@ -268,6 +286,11 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     ):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
+    if n.priors_until and not (n.sample_color_weight or n.entropy_weight):
+        raise ConfigError(
+            f"nerf.priors_until: turns off nerf.sample_color_weight and nerf.entropy_weight "
+            f"from step {n.priors_until}, but both are 0; set one, or leave priors_until 0"
+        )
     validate_contraction(c)
     if n.fit_box and not c.train.upsample_steps:
         raise ConfigError("nerf.fit_box: needs train.upsample_steps (it acts at the first)")

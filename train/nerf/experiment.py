@@ -43,7 +43,7 @@ from .evaluation import background_errors, background_metrics, seconds_to
 from .model.appearance import color_correct, make_appearance
 from .model.capacity import capacity_key
 from .model.fit_box import box_resolution, surface_box
-from .model.losses import auxiliary_losses
+from .model.losses import auxiliary_losses, priors_on
 from .model.voxel_nerf import VoxelNeRF
 from .optimizer import lr_factor, make_optimizer, set_levels
 from .scene_path import ensure_scene_once
@@ -144,6 +144,7 @@ class NerfExperiment(Experiment):
         self.graphed = use_graphs(c, device) and graph_problem(c) is None
         self.optimizer = self.make_optimizer()
         self.occupied = 1.0
+        self.priors = True  # DirectVoxGO's two losses on this step (nerf.priors_until)
         self.samples = 0  # samples that reached the density grid in the last step
         self.pool: Tensor | None = None  # `ray_pool`, for the box in pool_box
         self.pool_box: list[list[float]] | None = None
@@ -177,6 +178,7 @@ class NerfExperiment(Experiment):
                 group["lr"] = group["base_lr"] * factor
         set_levels(self.config, self.model, step)  # coarse to fine (multires.level_every)
         n = self.config.nerf
+        self.priors = priors_on(n, step)
         if step >= n.occupancy_start and (step - n.occupancy_start) % n.occupancy_every == 0:
             shrink_only = 0 < n.occupancy_grow_until <= step
             self.occupied = self.model.update_occupancy(shrink_only=shrink_only)
@@ -261,7 +263,8 @@ class NerfExperiment(Experiment):
             views = self.rays.view_of(index)
             rgb, penalty = self.appearance.fit(rgb, views, c.nerf.appearance_weight)
         mse = (rgb - target).square().mean()
-        loss = mse + penalty + auxiliary_losses(c.nerf, self.model, out, directions, target)
+        aux = auxiliary_losses(c.nerf, self.model, out, directions, target, self.priors)
+        loss = mse + penalty + aux
         if c.train.tv_weight:
             loss = loss + c.train.tv_weight * self.model.total_variation()
         return loss, mse
@@ -278,7 +281,7 @@ class NerfExperiment(Experiment):
         occ = m.occupancy_grid
         pool_at = 0 if pool is None else pool.data_ptr()
         where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at)
-        return (sizes, where, tuple(map(tuple, m.bounds_list)))
+        return (sizes, where, tuple(map(tuple, m.bounds_list)), self.priors)
 
     def gradient_support(self) -> dict[Tensor, Tensor] | None:
         """For `World.average_gradients` under torchrun: the rows of the colour grid that a

@@ -102,6 +102,30 @@ def test_graph_key_sends_measuring_steps_op_by_op(scene):
     assert exp.graph_key() is None
 
 
+def test_priors_until_changes_the_loss_and_the_graph_key(scene):
+    """From nerf.priors_until the step's loss leaves DirectVoxGO's two priors out (the same
+    batch, the same MSE, a smaller loss), and a captured step is captured again: the switch
+    is part of the graph's key."""
+    priors = ["nerf.sample_color_weight=0.5", "nerf.entropy_weight=0.25", "nerf.priors_until=3"]
+    config = nerf_config(scene, "nerf.occupancy_start=100", *priors)
+    exp = NerfExperiment(config, CPU, torch.Generator().manual_seed(0), None)
+    exp.model.sizing = "planned"
+    for step in range(2):
+        exp.begin_step(step)
+        eager_step(exp, SINGLE)
+    exp.begin_step(2)
+    key, state = exp.graph_key(), exp.gen.get_state()
+    with torch.no_grad():
+        with_priors = exp.loss()
+        exp.begin_step(3)
+        exp.gen.set_state(state)
+        without = exp.loss()
+    assert exp.priors is False and key is not None and exp.graph_key()[:-1] == key[:-1]
+    assert exp.graph_key()[-1] is False and key[-1] is True
+    assert torch.equal(with_priors[1], without[1])  # the batch's MSE
+    assert with_priors[0] > without[0]
+
+
 # ---- on CUDA ---------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from train.errors import ConfigError
 from train.nerf.model.encoding import positional_encoding
 from train.nerf.model.losses import (
     auxiliary_losses,
+    priors_on,
     sample_color_loss,
     transmittance_entropy,
     view_consistency_loss,
@@ -97,6 +98,33 @@ def test_auxiliary_losses_follow_the_config():
     torch.testing.assert_close(auxiliary_losses(c.nerf, m, out, directions, target), want)
     off = load_config(None, ["experiment=nerf"]).nerf
     assert auxiliary_losses(off, m, out, directions, target) == 0.0
+    # past nerf.priors_until: DirectVoxGO's two are off, the view-consistency term stays
+    view_only = 2 * view_consistency_loss(m, out, directions, stride=3)
+    got = auxiliary_losses(c.nerf, m, out, directions, target, priors=False)
+    torch.testing.assert_close(got, view_only)
+
+
+def test_priors_until_turns_both_priors_off_from_its_step():
+    on = ["experiment=nerf", "nerf.sample_color_weight=0.01", "nerf.entropy_weight=0.001"]
+    n = load_config(None, [*on, "nerf.priors_until=30"]).nerf
+    assert [priors_on(n, s) for s in (0, 29, 30, 31, 1000)] == [True, True, False, False, False]
+    whole = load_config(None, on).nerf  # 0: the whole run
+    assert all(priors_on(whole, s) for s in (0, 30, 10**6))
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["nerf.priors_until=-1"], r"nerf.priors_until: expected an integer >= 0, got -1"),
+        (
+            ["nerf.priors_until=10", "nerf.sample_color_weight=0", "nerf.entropy_weight=0"],
+            r"nerf.priors_until: .* but both are 0",
+        ),
+    ],
+)
+def test_bad_priors_until_is_refused(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["experiment=nerf", "nerf.entropy_weight=0.001", *sets])
 
 
 def loop_view_terms(m, origins, directions) -> list[float]:

@@ -12,20 +12,31 @@ from ..config import NerfConfig
 
 
 def auxiliary_losses(
-    n: NerfConfig, model, out: dict[str, Any], directions: Tensor, target: Tensor
+    n: NerfConfig,
+    model,
+    out: dict[str, Any],
+    directions: Tensor,
+    target: Tensor,
+    priors: bool = True,
 ) -> Tensor | float:
     """The weighted sum of the losses `n` (`[nerf]`) turns on, for a render `out` by `model`
     of rays along `directions` [R, 3] whose pixels have colours `target` [R, 3] (0.0 when
-    none is on)."""
+    none is on). priors: whether DirectVoxGO's two (sample colour, entropy) are on at this
+    step (`priors_on`)."""
     loss = 0.0
     if n.view_consistency_weight:
         penalty = view_consistency_loss(model, out, directions, n.view_consistency_stride)
         loss = loss + n.view_consistency_weight * penalty
-    if n.sample_color_weight:
+    if priors and n.sample_color_weight:
         loss = loss + n.sample_color_weight * sample_color_loss(out, target)
-    if n.entropy_weight:
+    if priors and n.entropy_weight:
         loss = loss + n.entropy_weight * transmittance_entropy(out["acc"])
     return loss
+
+
+def priors_on(n: NerfConfig, step: int) -> bool:
+    """Whether `step` is before `n.priors_until` (always when it is 0)."""
+    return not 0 < n.priors_until <= step
 
 
 def sample_color_loss(out: dict[str, Any], target: Tensor) -> Tensor:
