@@ -30,7 +30,8 @@ the same --work keeps the jobs that wrote their scenes.json instead of running t
 `--per-gpu K` runs K jobs at once on each GPU (for quality comparisons at equal steps on a
 host with few GPUs: their seconds are then not each job's alone); the anchors' jobs
 (DirectVoxGO, gsplat, ngp: host-bound, and their seconds are what ours are held against)
-still run alone on their GPU. The scenes are generated
+and the scenes' generation (host-bound too, and every other job waits for it) still run
+alone on their GPU. The scenes are generated
 with the first --run's config (every run must describe the same scenes). Jobs on different
 GPUs share the host's CPUs: a job's seconds are its own GPU's with the other GPUs busy as
 well (the table says how many GPUs ran); DirectVoxGO, whose steps wait on Python, measured
@@ -130,7 +131,8 @@ def describe(label: str, config: str, sets: list[str], only: list[str] | None) -
 
 def make_jobs(args, rows: list[tuple]) -> list[dict]:
     """Every job of the pool: name, bench_scenes.py arguments, what it waits for, and
-    whether it runs alone on its GPU (the anchors', whatever --per-gpu says)."""
+    whether it runs alone on its GPU (the scenes' generation and the anchors', whatever
+    --per-gpu says)."""
     base = [sys.executable, str(HERE / "bench_scenes.py"), "--meshes", args.meshes]
     base += ["--data", str(args.data)] + (["--size", str(args.size)] if args.size else [])
     largest = sorted(rows, key=lambda r: -r[3])
@@ -158,7 +160,10 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
         alone on its GPU: host-bound, and its seconds are the verdict's other side."""
         return job(name, scene, extra, [f"gen_{scene}", build], alone=True)
 
-    jobs = [job(f"gen_{r[0]}", r[0], ["--generate-only", *same], []) for r in largest]
+    # a scene's generation runs alone as well: its march reads counts back every step, and
+    # each read waits out the other processes' turns on a shared GPU (H6: the realistic
+    # scene took 447 s beside two training jobs), while every job of the scene waits for it
+    jobs = [job(f"gen_{r[0]}", r[0], ["--generate-only", *same], [], True) for r in largest]
     if not args.no_dvgo:
         dvgo = ["--dvgo-only", "--dvgo", str(args.dvgo), "--dvgo-log", str(args.work / "dvgo_logs")]
         dvgo += ["--work", str(args.work / "dvgo_work")]

@@ -139,9 +139,8 @@ def test_the_pool_runs_jobs_per_gpu_and_skips_after_a_failure(tmp_path, monkeypa
 
 def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # GPUs 0 and 1 of the host
-    args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2")
-    rows = scenes_pool.pick("realistic,bunny_glossy")
-    jobs = scenes_pool.make_jobs(args, rows)
+    args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2", "--run", "a", "--run", "b")
+    jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic"))
     for job in jobs:
         job["command"] = _stand_in(
             args.work / "jobs" / job["name"], job["args"][1], job["name"], False
@@ -149,21 +148,22 @@ def test_per_gpu_runs_several_jobs_at_once_on_one_gpu(tmp_path, monkeypatch):
     meta = {"device_name": "1 x stand-in", "torch": "x", "date": "now", "config": ""}
     assert scenes_pool.run_pool(args, jobs, 1, meta) == 0
     ran = [(args.work / "jobs" / j["name"] / "ran").read_text().split() for j in jobs]
-    assert [gpu for _, gpu in ran] == ["0", "0"]
-    (a, _), (b, _) = ran
+    assert [j["name"] for j in jobs] == ["gen_realistic", "a_realistic", "b_realistic"]
+    assert [gpu for _, gpu in ran] == ["0", "0", "0"]
+    (_, _), (a, _), (b, _) = ran
     assert abs(float(a) - float(b)) < 0.25  # both started before either's 0.3 s ended
 
 
 def test_anchors_run_alone_on_their_gpu_whatever_per_gpu_says(tmp_path, monkeypatch):
-    """With two jobs a GPU, an anchor's job starts only on an idle GPU and nothing starts
-    beside it; ours' jobs still share."""
+    """With two jobs a GPU, an anchor's job or a scene's generation starts only on an idle
+    GPU and nothing starts beside it; ours' jobs still share."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     ngp = ["--ngp", str(tmp_path / "gridencoder"), "--ngp-run", "ngp:", "--ngp-run", "ngp_a:"]
     args = _args(tmp_path, "--no-dvgo", "--per-gpu", "2", "--run", "a", "--run", "b", *ngp)
     jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic"))
     alone = {j["name"]: j["alone"] for j in jobs}
     assert alone == {
-        "gen_realistic": False,
+        "gen_realistic": True,
         "a_realistic": False,
         "b_realistic": False,
         "ngp_realistic": True,
@@ -179,7 +179,7 @@ def test_anchors_run_alone_on_their_gpu_whatever_per_gpu_says(tmp_path, monkeypa
     runs = sorted((start[n], start[n] + 0.3, n) for n in alone)  # each job sleeps 0.3 s
     for (_, end, first), (begin, _, second) in itertools.pairwise(runs):
         if alone[first] or alone[second]:
-            assert begin >= end, (first, second)  # an anchor shares its GPU with no job
+            assert begin >= end, (first, second)  # an anchor or a generation shares nothing
 
 
 def test_per_gpu_below_one_is_refused(tmp_path, capsys):
