@@ -20,7 +20,8 @@
 # This script does what every mode shares: the device's description ($OUT/device.txt), the
 # environment (TORCH_CUDA_ARCH_LIST, MAX_JOBS, TORCH_EXTENSIONS_DIR), and the build: JIT
 # for most modes, in place (setup.py build_ext --inplace, as `pip install -e` does) for sdf
-# and view, none for wheel (it builds its own) and the wait modes (they read files). Then the runner, whose exit status it returns.
+# and view, none for wheel (it builds its own) and the wait modes (they read files). Then
+# the runner, whose exit status it returns.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
