@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -303,3 +304,11 @@ def test_device_id_follows_the_callers_visible_devices(monkeypatch):
     assert [device_id(g) for g in range(3)] == ["0", "1", "2"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 1")
     assert [device_id(g) for g in range(2)] == ["3", "1"]
+
+
+def test_builds_run_at_the_lowest_cpu_priority(tmp_path):
+    """An anchor's build takes only the CPU the measured jobs leave idle."""
+    log = tmp_path / "build.log"
+    build = scenes_pool.start_build("import os; print('nice', os.nice(0))", log)
+    assert build.wait(timeout=60) == 0
+    assert log.read_text().split() == ["nice", str(min(os.nice(0) + 19, 19))]
