@@ -205,10 +205,9 @@ def start_build(
     jobs leave idle. At normal priority DirectVoxGO's build (nvcc on every core, MAX_JOBS)
     slowed the quality config's runs beside it from ~100 s to 160-224 s (H7)."""
     with log.open("w") as out:
-        command = [sys.executable, "-c", code, *argv]
-        return subprocess.Popen(
-            command, cwd=cwd, stdout=out, stderr=out, preexec_fn=lambda: os.nice(19)
-        )
+        # `nice`, not a preexec_fn: that is unsafe in a process with threads
+        command = ["nice", "-n", "19", sys.executable, "-c", code, *argv]
+        return subprocess.Popen(command, cwd=cwd, stdout=out, stderr=out)
 
 
 def merge(work: Path, out: Path, meta: dict, finished: list[str]) -> None:
