@@ -64,6 +64,15 @@ class NerfConfig:
         "harmonics of degree 4, 16 values: instant-ngp's; `view_frequencies` is then unused).",
         "frequencies",
     )
+    reflected_views: bool = doc(
+        "nerf: besides the view direction, the colour MLP reads each sample's view direction "
+        "mirrored about the density's normal there (encoded as `view_encoding` says) and the "
+        "cosine between them (after Ref-NeRF: a mirror's colour becomes one function of the "
+        "reflected direction). Normals: the raw density's central differences, refreshed "
+        "with the occupancy grid, without gradient. Not with a contraction or the "
+        "view-consistency penalty.",
+        False,
+    )
     step_ratio: float = doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
     jitter: bool = doc(
         "nerf: stratified samples in training: each training ray's samples shift by its own "
@@ -286,6 +295,11 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     ):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
+    if n.reflected_views and n.view_consistency_weight:
+        raise ConfigError(
+            "nerf.reflected_views: not with nerf.view_consistency_weight > 0 (the penalty "
+            "re-shades samples along other directions without their points): set one of them off"
+        )
     if n.priors_until and not (n.sample_color_weight or n.entropy_weight):
         raise ConfigError(
             f"nerf.priors_until: turns off nerf.sample_color_weight and nerf.entropy_weight "
@@ -351,6 +365,11 @@ def validate_contraction(c: Config) -> None:
         raise ConfigError(f"nerf.outer_samples: expected an integer >= 0, got {n.outer_samples}")
     if n.contraction == "none":
         return
+    if n.reflected_views:
+        raise ConfigError(
+            f"nerf.reflected_views: not with nerf.contraction = '{n.contraction}' (the normals "
+            f"would be the contracted space's): set one of them off"
+        )
     if n.jitter:
         raise ConfigError(
             f"nerf.jitter: not with nerf.contraction = '{n.contraction}' (its samples are "

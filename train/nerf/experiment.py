@@ -73,6 +73,7 @@ def make_model(
     keys += ("occupancy_threshold", "weight_threshold", "mlp_dtype", "renderer")
     keys += ("contraction", "far", "outer_samples")
     keys += ("density_encoding", "color_encoding", "density_hidden", "geometry_features")
+    keys += ("reflected_views",)
     options = {key: getattr(config.nerf, key) for key in keys}
     return VoxelNeRF(
         config.grid.bounds,
@@ -280,7 +281,8 @@ class NerfExperiment(Experiment):
         pool = self.ray_pool()
         occ = m.occupancy_grid
         pool_at = 0 if pool is None else pool.data_ptr()
-        where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at)
+        normals = 0 if m.normals is None else m.normals.values.data_ptr()  # refreshed in place
+        where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at, normals)
         return (sizes, where, tuple(map(tuple, m.bounds_list)), self.priors)
 
     def gradient_support(self) -> dict[Tensor, Tensor] | None:

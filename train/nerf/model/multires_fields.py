@@ -144,17 +144,18 @@ def shared_fields(
     density: MultiresDensity,
     activate: Callable[[Tensor], Tensor],
     shade: Callable[[Tensor, Tensor], Tensor],
-    views: Tensor,
+    view_of: Callable[[Tensor, Tensor], Tensor],
+    pad: int,
 ) -> tuple[SigmaFn, RgbFn]:
     """A render's `sigma_fn` and `rgb_fn` when the colour MLP reads the density's geometry
     features: sigma_fn keeps the features of its points [S, G], and rgb_fn takes its
     samples' rows of them (`index` [V]), so a render runs the table and the density MLP
     once, not again over the coloured samples.
 
-    activate: raw density [S] -> density [S]; shade: (features [V, G], view encodings
-    [V, E]) -> rgb [V, 3]; views: [R + 1, E], row R the fused renderer's padding ray."""
+    activate: raw density [S] -> density [S]; shade: (features [V, G], view inputs [V, E])
+    -> rgb [V, 3]; view_of: (points [V, 3], rays [V]) -> view inputs [V, E]
+    (`VoxelNeRF.view_reader`); pad: the fused renderer's padding ray (the ray count R)."""
     geometry: list[Tensor] = []  # sigma_fn's geometry features [S, G]
-    pad = views.shape[0] - 1
 
     def sigma_fn(points: Tensor) -> Tensor:
         out = density(points)  # [S, 1 + G]
@@ -167,6 +168,6 @@ def shared_fields(
         # adds thousands of zeros into one row, one after another.
         rows = torch.arange(index.shape[0], device=index.device) % max(geometry[0].shape[0], 1)
         features = geometry[0][torch.where(rays == pad, rows, index)]  # [V, G]
-        return shade(features, views[rays]), features
+        return shade(features, view_of(points, rays)), features
 
     return sigma_fn, rgb_fn

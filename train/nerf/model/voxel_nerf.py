@@ -50,7 +50,7 @@ sky) is content at the far end (`train/nerf/model/render_contracted.py`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -65,6 +65,7 @@ from .density_activation import activate, density_shift, raw_density
 from .encoding import encode_views, view_dim
 from .grids import make_grid, mean_spacing, triple
 from .multires_fields import MultiresDensity, shared_fields
+from .reflection import NormalField, reflect
 from .render import RgbFn, SigmaFn, render_fused, render_torch
 from .render_contracted import render_contracted
 
@@ -144,6 +145,7 @@ class VoxelNeRF(nn.Module):
         multires: dict | None = None,
         density_hidden: int = 64,
         geometry_features: int = 15,
+        reflected_views: bool = False,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -210,7 +212,16 @@ class VoxelNeRF(nn.Module):
             color_in = self.color.get_out_dim()
         self.view_frequencies = view_frequencies
         self.view_encoding = view_encoding
-        self.mlp = color_mlp(color_in, view_dim(view_encoding, view_frequencies), hidden, device)
+        if reflected_views and contraction != "none":
+            raise ValueError(
+                "reflected_views: not with a contraction (its normals would be the "
+                "contracted space's)"
+            )
+        # Reflected views: the density's normals (`view_input`).
+        self.normals = NormalField(backend, device) if reflected_views else None
+        views = view_dim(view_encoding, view_frequencies)
+        views += views + 1 if reflected_views else 0  # the reflection's encoding and cosine
+        self.mlp = color_mlp(color_in, views, hidden, device)
         self.step_ratio = step_ratio
         self.density_activation = density_activation
         self.shift = density_shift(density_activation, alpha_init)
@@ -219,6 +230,7 @@ class VoxelNeRF(nn.Module):
         self.weight_threshold = weight_threshold
         self.occupancy_grid = OccupancyGrid(size, bounds, device=device)
         self.register_load_state_dict_post_hook(self._sync_box)
+        self.refresh_normals()
 
     @property
     def occupancy(self) -> Tensor:
@@ -298,16 +310,36 @@ class VoxelNeRF(nn.Module):
         a multires density read by the colour MLP, sigma_fn keeps the density MLP's geometry
         features of its points and rgb_fn takes its samples' rows of them: one density pass
         per render, not a second one over the coloured samples."""
-        views = self.encode_views(directions)  # [R, E]
-        views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
+        view_of = self.view_reader(directions)
         if self.color is not None:
 
             def rgb_fn(points: Tensor, rays: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
                 features = self.color(points)  # [V, F]
-                return self.shade(features, views[rays]), features
+                return self.shade(features, view_of(points, rays)), features
 
             return self.sigma, rgb_fn
-        return shared_fields(self.density, self.activate, self.shade, views)
+        return shared_fields(self.density, self.activate, self.shade, view_of, directions.shape[0])
+
+    def view_reader(self, directions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+        """For rays along `directions` [R, 3]: (points [V, 3], rays [V] in [0, R]) -> [V, E],
+        what the colour MLP reads of its samples' views (`view_input`); ray R is the fused
+        renderer's padding. Without reflected views each ray is encoded once."""
+        if self.normals is None:
+            views = self.encode_views(directions)  # [R, E]
+            views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
+            return lambda points, rays: views[rays]
+        padded = torch.cat([directions, directions.new_zeros(1, 3)])  # row R: padding
+        return lambda points, rays: self.view_input(points, padded[rays])
+
+    def view_input(self, points: Tensor, directions: Tensor) -> Tensor:
+        """points: [V, 3], directions: [V, 3] unit -> [V, E], what the colour MLP reads of
+        the view: the direction's encoding, and with reflected views (`nerf.reflected_views`)
+        besides it the encoding of the direction mirrored about the density's normal at the
+        point and the cosine between them (`reflection.reflect`)."""
+        if self.normals is None:
+            return self.encode_views(directions)
+        reflected, cos = reflect(directions, self.normals(points))
+        return torch.cat([self.encode_views(directions), self.encode_views(reflected), cos], -1)
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
@@ -337,8 +369,17 @@ class VoxelNeRF(nn.Module):
         or a neighbour has alpha >= occupancy_threshold (and, with `shrink_only`, it was
         occupied before; see `OccupancyGrid.update`). Returns the occupied fraction."""
         raw = self.density_values()  # [X, Y, Z]
+        if self.normals is not None:
+            self.normals.refresh(raw, self.occupancy_grid.bounds)
         alpha = -torch.expm1(-self.activate(raw) * self.interval())
         return self.occupancy_grid.update(alpha, self.occupancy_threshold, shrink_only=shrink_only)
+
+    @torch.no_grad()
+    def refresh_normals(self) -> None:
+        """The reflected views' normals from the density as it is now (after a change of
+        the grids' shape or box, or a load; `update_occupancy` refreshes them too)."""
+        if self.normals is not None:
+            self.normals.refresh(self.density_values(), self.occupancy_grid.bounds)
 
     def density_values(self) -> Tensor:
         """The raw density grid as [X, Y, Z] (a multires density: evaluated at the vertices
@@ -364,6 +405,7 @@ class VoxelNeRF(nn.Module):
         self.density.upsample(size, optimizer)
         if self.color_encoding == "dense":
             self.color.upsample(size, optimizer)
+        self.refresh_normals()
 
     @torch.no_grad()
     def fit_box(self, bounds: Sequence[Sequence[float]], resolution, optimizer=None) -> None:
@@ -385,6 +427,7 @@ class VoxelNeRF(nn.Module):
         box = self.density.bounds
         self.bounds_list = box.tolist()
         self.occupancy_grid.bounds = box.to(torch.float32).clone()
+        self.refresh_normals()
 
     def total_variation(self) -> Tensor:
         """Total variation of the density grid (a multires density has none: it raises)."""
