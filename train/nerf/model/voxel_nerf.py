@@ -323,23 +323,28 @@ class VoxelNeRF(nn.Module):
     def view_reader(self, directions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
         """For rays along `directions` [R, 3]: (points [V, 3], rays [V] in [0, R]) -> [V, E],
         what the colour MLP reads of its samples' views (`view_input`); ray R is the fused
-        renderer's padding. Without reflected views each ray is encoded once."""
+        renderer's padding. Each ray's direction is encoded once; with reflected views each
+        sample's reflection is encoded beside it."""
+        views = self.encode_views(directions)  # [R, E]
+        views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
         if self.normals is None:
-            views = self.encode_views(directions)  # [R, E]
-            views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
             return lambda points, rays: views[rays]
-        padded = torch.cat([directions, directions.new_zeros(1, 3)])  # row R: padding
-        return lambda points, rays: self.view_input(points, padded[rays])
+        padded = torch.cat([directions, directions.new_zeros(1, 3)])  # [R + 1, 3]
+        return lambda points, rays: self.view_input(points, padded[rays], views[rays])
 
-    def view_input(self, points: Tensor, directions: Tensor) -> Tensor:
+    def view_input(
+        self, points: Tensor, directions: Tensor, encoded: Tensor | None = None
+    ) -> Tensor:
         """points: [V, 3], directions: [V, 3] unit -> [V, E], what the colour MLP reads of
-        the view: the direction's encoding, and with reflected views (`nerf.reflected_views`)
-        besides it the encoding of the direction mirrored about the density's normal at the
-        point and the cosine between them (`reflection.reflect`)."""
+        the view: the direction's encoding (`encoded` if given), and with reflected views
+        (`nerf.reflected_views`) besides it the encoding of the direction mirrored about the
+        density's normal at the point and the cosine between them (`reflection.reflect`)."""
+        if encoded is None:
+            encoded = self.encode_views(directions)
         if self.normals is None:
-            return self.encode_views(directions)
+            return encoded
         reflected, cos = reflect(directions, self.normals(points))
-        return torch.cat([self.encode_views(directions), self.encode_views(reflected), cos], -1)
+        return torch.cat([encoded, self.encode_views(reflected), cos], -1)
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
