@@ -281,7 +281,8 @@ class NerfExperiment(Experiment):
         pool = self.ray_pool()
         occ = m.occupancy_grid
         pool_at = 0 if pool is None else pool.data_ptr()
-        normals = 0 if m.normals is None else m.normals.values.data_ptr()  # refreshed in place
+        normals = m.views.normals
+        normals = 0 if normals is None else normals.values.data_ptr()  # refreshed in place
         where = (occ.flags.data_ptr(), occ.bounds.data_ptr(), pool_at, normals)
         return (sizes, where, tuple(map(tuple, m.bounds_list)), self.priors)
 

@@ -168,6 +168,6 @@ def _vertex_colors(model: VoxelNeRF, vertices: np.ndarray, normals: np.ndarray) 
         points = torch.as_tensor(vertices[start : start + chunk], dtype=torch.float32)
         n = torch.as_tensor(normals[start : start + chunk], dtype=torch.float32)
         view = torch.where(n.norm(dim=-1, keepdim=True) > 0.5, -n, torch.tensor([0.0, 0.0, -1.0]))
-        rgb = model.rgb(points, model.view_input(points, view))
+        rgb = model.rgb(points, model.views(points, view))
         out[start : start + len(points)] = (rgb * 255 + 0.5).clamp(0, 255).byte().numpy()
     return out

@@ -134,7 +134,7 @@ def loop_view_terms(m, origins, directions) -> list[float]:
     terms, background = [], torch.ones(3, dtype=directions.dtype)
     for r in range(origins.shape[0]):
         out = m.render(origins[r : r + 1], directions[r : r + 1], background)
-        other = positional_encoding(directions[r - 1], m.view_frequencies)  # [E]
+        other = positional_encoding(directions[r - 1], m.views.frequencies)  # [E]
         rgb = m.shade(out["sample_features"], other.expand(out["sample_rgb"].shape[0], -1))
         error = (out["sample_rgb"] - rgb).square().sum(-1)
         terms += (out["sample_weight"] * error).detach().tolist()
@@ -168,7 +168,7 @@ def test_view_consistency_loss_is_zero_for_a_colour_blind_to_the_view():
     origins, directions = rays(64, seed=17)
     out = m.render(origins, directions, torch.ones(3))
     loss = view_consistency_loss(m, out, directions)
-    view_dims = 3 * (1 + 2 * m.view_frequencies)  # the first layer's last inputs
+    view_dims = 3 * (1 + 2 * m.views.frequencies)  # the first layer's last inputs
     (grad,) = torch.autograd.grad(loss, [m.mlp[0].weight])
     assert loss > 0 and grad[:, -view_dims:].abs().max() > 0
     with torch.no_grad():

@@ -99,7 +99,7 @@ def old_render(m: VoxelNeRF, origins, directions, background, near: float = 0.0)
     weights = composite_weights(alpha, ray_id, n_rays)
     visible = weights > m.weight_threshold
     ray_v, weights_v = ray_id[visible], weights[visible]
-    views = positional_encoding(directions, m.view_frequencies)
+    views = positional_encoding(directions, m.views.frequencies)
     rgb_samples = m.rgb(points[visible], views[ray_v])
     acc = torch.zeros(n_rays, device=device).index_add(0, ray_id, weights)
     rgb = torch.zeros(n_rays, 3, device=device).index_add(

@@ -365,7 +365,7 @@ def test_the_colour_reads_the_density_pass_geometry_features(renderer, exact, co
     shared, shared_grad, shared_passes = render()
 
     def fields_again(directions: Tensor):
-        views = positional_encoding(directions, model.view_frequencies)
+        views = positional_encoding(directions, model.views.frequencies)
         views = torch.cat([views, views.new_zeros(1, views.shape[1])])
 
         def rgb_fn(points, rays, index):

@@ -70,30 +70,30 @@ def test_normals_of_a_ramp_and_a_ball(backend):
 
 def test_a_refresh_is_in_place_unless_the_shape_changes():
     m = VoxelNeRF(BOX, 8, 12, color_features=4, hidden=16, reflected_views=True)
-    values = m.normals.values
+    values = m.views.normals.values
     assert values.shape == (8, 8, 8, 3) and m.mlp[0].in_features == 4 + 27 + 27 + 1
     ptr = values.data_ptr()
     with torch.no_grad():
         m.density.features.normal_()
     m.update_occupancy()  # refreshes the normals: the same storage, new values
-    assert m.normals.values.data_ptr() == ptr and m.normals.values.abs().sum() > 0
-    torch.testing.assert_close(m.normals.values, density_gradient(m.density_values()))
+    assert m.views.normals.values.data_ptr() == ptr and m.views.normals.values.abs().sum() > 0
+    torch.testing.assert_close(m.views.normals.values, density_gradient(m.density_values()))
     m.upsample(12)
-    assert m.normals.values.shape == (12, 12, 12, 3)
-    torch.testing.assert_close(m.normals.values, density_gradient(m.density_values()))
+    assert m.views.normals.values.shape == (12, 12, 12, 3)
+    torch.testing.assert_close(m.views.normals.values, density_gradient(m.density_values()))
     m.fit_box([[-0.5, -0.5, -0.5], [0.5, 0.5, 0.5]], (10, 10, 10))
-    torch.testing.assert_close(m.normals.bounds, m.occupancy_grid.bounds)
-    assert m.normals.values.shape == (10, 10, 10, 3)
+    torch.testing.assert_close(m.views.normals.bounds, m.occupancy_grid.bounds)
+    assert m.views.normals.values.shape == (10, 10, 10, 3)
     fresh = VoxelNeRF(BOX, 8, 12, color_features=4, hidden=16, reflected_views=True)
     fresh.fit_box([[-0.5, -0.5, -0.5], [0.5, 0.5, 0.5]], (10, 10, 10))
     fresh.load_state_dict(m.state_dict())  # a reload recomputes them
-    torch.testing.assert_close(fresh.normals.values, m.normals.values)
-    assert "normals.values" not in m.state_dict()
+    torch.testing.assert_close(fresh.views.normals.values, m.views.normals.values)
+    assert not any("normals" in key for key in m.state_dict())
 
 
 def test_both_renderers_agree_with_reflected_views_in_float64():
     old, fused = pair(reflected_views=True)
-    assert old.normals.values.abs().max() > 0
+    assert old.views.normals.values.abs().max() > 0
     origins, directions = (x.double() for x in rays(300, seed=5))
     background = torch.tensor([0.2, 0.5, 1.0], dtype=torch.float64)
     want = old.render(origins, directions, background)
@@ -122,8 +122,8 @@ def test_a_multires_density_gives_normals_and_both_renderers_agree():
             for p in m.density.parameters():
                 p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
         m.update_occupancy()
-    assert models[0].normals.values.shape == (12, 12, 12, 3)
-    assert models[0].normals.values.abs().max() > 0
+    assert models[0].views.normals.values.shape == (12, 12, 12, 3)
+    assert models[0].views.normals.values.abs().max() > 0
     origins, directions = rays(200, seed=6)
     want, got = (m.render(origins, directions, torch.tensor([0.2, 0.5, 1.0])) for m in models)
     assert got["samples"] == want["samples"] > 100

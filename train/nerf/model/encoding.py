@@ -1,12 +1,17 @@
 """The encodings of the view direction that the colour MLP reads: positional (sines and
-cosines at octaves) or real spherical harmonics (instant-ngp's)."""
+cosines at octaves) or real spherical harmonics (instant-ngp's); `ViewInput`, all that the
+colour MLP reads of the view (with `nerf.reflected_views`, the reflection too)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from grid import spherical_harmonics
+
+from .reflection import NormalField, reflect
 
 #: The degree of instant-ngp's view encoding (`grid.spherical_harmonics`: 16 functions).
 SH_DEGREE = 4
@@ -29,3 +34,55 @@ def encode_views(directions: Tensor, kind: str, frequencies: int) -> Tensor:
     if kind == "sh":
         return spherical_harmonics(directions, SH_DEGREE)
     return positional_encoding(directions, frequencies)
+
+
+class ViewInput(nn.Module):
+    """What the colour MLP reads of the view, `width` values a sample: the direction's
+    encoding (`encode_views`), and with `reflected` besides it the encoding of the direction
+    mirrored about the density's normal and the cosine between them (`reflection.py`; the
+    normals, not saved, are set by `refresh`)."""
+
+    def __init__(
+        self,
+        kind: str,
+        frequencies: int,
+        reflected: bool,
+        backend: str,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.kind, self.frequencies = kind, frequencies
+        self.normals = NormalField(backend, device) if reflected else None
+        width = view_dim(kind, frequencies)
+        self.width = 2 * width + 1 if reflected else width
+
+    def encode(self, directions: Tensor) -> Tensor:
+        """directions: [..., 3] unit -> [..., view_dim]: the direction's encoding alone."""
+        return encode_views(directions, self.kind, self.frequencies)
+
+    def reader(self, directions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+        """For rays along `directions` [R, 3]: (points [V, 3], rays [V] in [0, R]) -> [V,
+        width]; ray R is the fused renderer's padding (a zero encoding). Each ray's direction
+        is encoded once; with reflected views each sample's reflection beside it."""
+        views = self.encode(directions)  # [R, E]
+        views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
+        if self.normals is None:
+            return lambda points, rays: views[rays]
+        padded = torch.cat([directions, directions.new_zeros(1, 3)])  # [R + 1, 3]
+        return lambda points, rays: self(points, padded[rays], views[rays])
+
+    def forward(self, points: Tensor, directions: Tensor, encoded: Tensor | None = None) -> Tensor:
+        """points: [V, 3], directions: [V, 3] unit -> [V, width] (`encoded`: the directions'
+        encoding, if already computed)."""
+        if encoded is None:
+            encoded = self.encode(directions)
+        if self.normals is None:
+            return encoded
+        reflected, cos = reflect(directions, self.normals(points))
+        return torch.cat([encoded, self.encode(reflected), cos], -1)
+
+    def refresh(self, raw: Callable[[], Tensor], bounds: Tensor) -> None:
+        """With reflected views, the normals from `raw()` ([X, Y, Z] raw density at the
+        vertices of `bounds` [2, 3]; called only then)."""
+        if self.normals is not None:
+            self.normals.refresh(raw(), bounds)

@@ -154,7 +154,7 @@ def shared_fields(
 
     activate: raw density [S] -> density [S]; shade: (features [V, G], view inputs [V, E])
     -> rgb [V, 3]; view_of: (points [V, 3], rays [V]) -> view inputs [V, E]
-    (`VoxelNeRF.view_reader`); pad: the fused renderer's padding ray (the ray count R)."""
+    (`ViewInput.reader`); pad: the fused renderer's padding ray (the ray count R)."""
     geometry: list[Tensor] = []  # sigma_fn's geometry features [S, G]
 
     def sigma_fn(points: Tensor) -> Tensor:

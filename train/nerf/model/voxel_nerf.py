@@ -50,7 +50,7 @@ sky) is content at the far end (`train/nerf/model/render_contracted.py`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -62,10 +62,9 @@ from ..choices import ACTIVATIONS, CONTRACTIONS, ENCODINGS, MLP_DTYPES, RENDERER
 from .capacity import SampleCapacity, capacity_key
 from .color_mlp import color_mlp
 from .density_activation import activate, density_shift, raw_density
-from .encoding import encode_views, view_dim
+from .encoding import ViewInput
 from .grids import make_grid, mean_spacing, triple
 from .multires_fields import MultiresDensity, shared_fields
-from .reflection import NormalField, reflect
 from .render import RgbFn, SigmaFn, render_fused, render_torch
 from .render_contracted import render_contracted
 
@@ -210,18 +209,13 @@ class VoxelNeRF(nn.Module):
         color_in = geometry_features if shared else color_features
         if isinstance(self.color, MultiresGrid):
             color_in = self.color.get_out_dim()
-        self.view_frequencies = view_frequencies
-        self.view_encoding = view_encoding
         if reflected_views and contraction != "none":
             raise ValueError(
                 "reflected_views: not with a contraction (its normals would be the "
                 "contracted space's)"
             )
-        # Reflected views: the density's normals (`view_input`).
-        self.normals = NormalField(backend, device) if reflected_views else None
-        views = view_dim(view_encoding, view_frequencies)
-        views += views + 1 if reflected_views else 0  # the reflection's encoding and cosine
-        self.mlp = color_mlp(color_in, views, hidden, device)
+        self.views = ViewInput(view_encoding, view_frequencies, reflected_views, backend, device)
+        self.mlp = color_mlp(color_in, self.views.width, hidden, device)
         self.step_ratio = step_ratio
         self.density_activation = density_activation
         self.shift = density_shift(density_activation, alpha_init)
@@ -299,7 +293,7 @@ class VoxelNeRF(nn.Module):
 
     def encode_views(self, directions: Tensor) -> Tensor:
         """directions: [..., 3] unit -> [..., E]: what the colour MLP reads of them."""
-        return encode_views(directions, self.view_encoding, self.view_frequencies)
+        return self.views.encode(directions)
 
     def fields(self, directions: Tensor) -> tuple[SigmaFn, RgbFn]:
         """The renderers' `sigma_fn` and `rgb_fn` for rays along `directions` [R, 3].
@@ -310,7 +304,7 @@ class VoxelNeRF(nn.Module):
         a multires density read by the colour MLP, sigma_fn keeps the density MLP's geometry
         features of its points and rgb_fn takes its samples' rows of them: one density pass
         per render, not a second one over the coloured samples."""
-        view_of = self.view_reader(directions)
+        view_of = self.views.reader(directions)
         if self.color is not None:
 
             def rgb_fn(points: Tensor, rays: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
@@ -319,32 +313,6 @@ class VoxelNeRF(nn.Module):
 
             return self.sigma, rgb_fn
         return shared_fields(self.density, self.activate, self.shade, view_of, directions.shape[0])
-
-    def view_reader(self, directions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-        """For rays along `directions` [R, 3]: (points [V, 3], rays [V] in [0, R]) -> [V, E],
-        what the colour MLP reads of its samples' views (`view_input`); ray R is the fused
-        renderer's padding. Each ray's direction is encoded once; with reflected views each
-        sample's reflection is encoded beside it."""
-        views = self.encode_views(directions)  # [R, E]
-        views = torch.cat([views, views.new_zeros(1, views.shape[1])])  # row R: padding
-        if self.normals is None:
-            return lambda points, rays: views[rays]
-        padded = torch.cat([directions, directions.new_zeros(1, 3)])  # [R + 1, 3]
-        return lambda points, rays: self.view_input(points, padded[rays], views[rays])
-
-    def view_input(
-        self, points: Tensor, directions: Tensor, encoded: Tensor | None = None
-    ) -> Tensor:
-        """points: [V, 3], directions: [V, 3] unit -> [V, E], what the colour MLP reads of
-        the view: the direction's encoding (`encoded` if given), and with reflected views
-        (`nerf.reflected_views`) besides it the encoding of the direction mirrored about the
-        density's normal at the point and the cosine between them (`reflection.reflect`)."""
-        if encoded is None:
-            encoded = self.encode_views(directions)
-        if self.normals is None:
-            return encoded
-        reflected, cos = reflect(directions, self.normals(points))
-        return torch.cat([encoded, self.encode_views(reflected), cos], -1)
 
     def rgb(self, points: Tensor, view_encoding: Tensor) -> Tensor:
         """points: [S, 3], view_encoding: [S, E] -> [S, 3] in (0, 1)."""
@@ -374,8 +342,7 @@ class VoxelNeRF(nn.Module):
         or a neighbour has alpha >= occupancy_threshold (and, with `shrink_only`, it was
         occupied before; see `OccupancyGrid.update`). Returns the occupied fraction."""
         raw = self.density_values()  # [X, Y, Z]
-        if self.normals is not None:
-            self.normals.refresh(raw, self.occupancy_grid.bounds)
+        self.views.refresh(lambda: raw, self.occupancy_grid.bounds)
         alpha = -torch.expm1(-self.activate(raw) * self.interval())
         return self.occupancy_grid.update(alpha, self.occupancy_threshold, shrink_only=shrink_only)
 
@@ -383,8 +350,7 @@ class VoxelNeRF(nn.Module):
     def refresh_normals(self) -> None:
         """The reflected views' normals from the density as it is now (after a change of
         the grids' shape or box, or a load; `update_occupancy` refreshes them too)."""
-        if self.normals is not None:
-            self.normals.refresh(self.density_values(), self.occupancy_grid.bounds)
+        self.views.refresh(self.density_values, self.occupancy_grid.bounds)
 
     def density_values(self) -> Tensor:
         """The raw density grid as [X, Y, Z] (a multires density: evaluated at the vertices
