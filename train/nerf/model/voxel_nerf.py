@@ -110,6 +110,9 @@ class VoxelNeRF(nn.Module):
         density_hidden: with a multires density, its MLP's hidden width.
         geometry_features: with both encodings "multires", the geometry features the
             density MLP gives the colour MLP.
+        reflected_views: the colour MLP also reads the view mirrored about the density's
+            normal, and the cosine (`encoding.ViewInput`, `reflection.py`; not with a
+            contraction).
 
     Attributes:
         capacity: the fused renderer's buffer sizes (`train.nerf.model.capacity.SampleCapacity`);
@@ -292,7 +295,8 @@ class VoxelNeRF(nn.Module):
         return -torch.expm1(-self.sigma(points) * interval)
 
     def encode_views(self, directions: Tensor) -> Tensor:
-        """directions: [..., 3] unit -> [..., E]: what the colour MLP reads of them."""
+        """directions: [..., 3] unit -> [..., E]: their encoding alone (`ViewInput.encode`;
+        with reflected views the colour MLP reads more, `views`)."""
         return self.views.encode(directions)
 
     def fields(self, directions: Tensor) -> tuple[SigmaFn, RgbFn]:
