@@ -45,6 +45,7 @@ import os
 import resource
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import torch
@@ -112,6 +113,8 @@ def main() -> int:
             "train.upsample_resolutions=[]",
             f"train.cuda_graph={args.cuda_graph}",
         ]
+        if tomllib.loads(Path(args.config).read_text()).get("experiment") == "nerf":
+            sets.append("nerf.fit_box=false")  # it acts at the first upsample: none here
         if args.batch_size:
             sets.append(f"train.batch_size={args.batch_size}")
         config = load_config(Path(args.config), sets)

@@ -69,8 +69,7 @@ class NerfConfig:
         "mirrored about the density's normal there (encoded as `view_encoding` says) and the "
         "cosine between them (after Ref-NeRF: a mirror's colour becomes one function of the "
         "reflected direction). Normals: the raw density's central differences, refreshed "
-        "with the occupancy grid, without gradient. Not with a contraction or the "
-        "view-consistency penalty.",
+        "with the occupancy grid, without gradient. Not with a contraction.",
         False,
     )
     step_ratio: float = doc("nerf: sample spacing along rays, in voxels of the current grid.", 0.5)
@@ -295,11 +294,6 @@ def validate(c: Config, explicit: dict[str, set[str]]) -> None:
     ):
         if not getattr(n, key) >= 0:
             raise ConfigError(f"nerf.{key}: expected a number >= 0, got {getattr(n, key)}")
-    if n.reflected_views and n.view_consistency_weight:
-        raise ConfigError(
-            "nerf.reflected_views: not with nerf.view_consistency_weight > 0 (the penalty "
-            "re-shades samples along other directions without their points): set one of them off"
-        )
     if n.priors_until and not (n.sample_color_weight or n.entropy_weight):
         raise ConfigError(
             f"nerf.priors_until: turns off nerf.sample_color_weight and nerf.entropy_weight "

@@ -167,6 +167,8 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
         f"nerf.jitter={str(fit_box).lower()}",  # stratified samples: their draws captured too
         f"nerf.view_consistency_weight={0.1 if optimizer == 'adam' else 0}",  # 2nd MLP pass
         f"nerf.view_consistency_stride={4 if fit_box else 1}",  # ... on every 4th sample
+        # normals refreshed in place, their box moved by the fit: read on the device
+        f"nerf.reflected_views={str(fit_box).lower()}",
     )
     eager, eager_values, _ = run_steps(config, captured=False)
     graph, graph_values, runner = run_steps(config, captured=True)

@@ -20,6 +20,7 @@ from train.nerf.model.losses import (
     transmittance_entropy,
     view_consistency_loss,
 )
+from train.nerf.model.reflection import reflect
 
 
 def loop_sample_loss(m, origins, directions, target) -> float:
@@ -134,18 +135,25 @@ def loop_view_terms(m, origins, directions) -> list[float]:
     terms, background = [], torch.ones(3, dtype=directions.dtype)
     for r in range(origins.shape[0]):
         out = m.render(origins[r : r + 1], directions[r : r + 1], background)
-        other = positional_encoding(directions[r - 1], m.views.frequencies)  # [E]
-        rgb = m.shade(out["sample_features"], other.expand(out["sample_rgb"].shape[0], -1))
+        other = directions[r - 1].expand(out["sample_rgb"].shape[0], 3)  # [V, 3]
+        views = positional_encoding(other, m.views.frequencies)  # [V, E]
+        if m.views.normals is not None:  # nerf.reflected_views: about the sample's normal
+            mirrored, cos = reflect(other, m.views.normals(out["sample_points"]))
+            views = torch.cat([views, positional_encoding(mirrored, m.views.frequencies), cos], -1)
+        rgb = m.shade(out["sample_features"], views)
         error = (out["sample_rgb"] - rgb).square().sum(-1)
         terms += (out["sample_weight"] * error).detach().tolist()
     return terms
 
 
-@pytest.mark.parametrize("stride", [1, 3])
-def test_view_consistency_loss_is_the_weighted_colour_change_with_another_rays_direction(stride):
+@pytest.mark.parametrize("stride, reflected", [(1, False), (3, False), (3, True)])
+def test_view_consistency_loss_is_the_weighted_colour_change_with_another_rays_direction(
+    stride, reflected
+):
     """Every coloured sample (stride 1), or every third of the batch's list, three times
-    over; padding rows of a planned render add nothing either way."""
-    torch_model, fused = pair()
+    over; padding rows of a planned render add nothing either way. With reflected views the
+    other direction is mirrored about each sample's own normal."""
+    torch_model, fused = pair(reflected_views=reflected)
     origins, directions = (x.double() for x in rays(40, seed=16))
     terms = loop_view_terms(torch_model, origins, directions)
     want = stride * sum(terms[::stride]) / 40

@@ -64,9 +64,12 @@ def view_consistency_loss(
     outweigh it. With `stride` k only every k-th coloured sample of the list (sorted by ray,
     so each ray's samples are thinned evenly) pays it, k times over: an estimate of the whole
     loss for 1/k of the second MLP pass (a strided view: static shapes, so it captures)."""
-    other = model.encode_views(directions.roll(1, 0))  # [R, E]
+    rolled = directions.roll(1, 0)  # [R, 3]
+    other = model.encode_views(rolled)  # [R, E]
     other = torch.cat([other, other.new_zeros(1, other.shape[1])])  # row R: padding samples
+    rolled = torch.cat([rolled, rolled.new_zeros(1, 3)])  # [R + 1, 3]
     ray = out["sample_ray"][::stride]  # [V / k]
-    rgb = model.shade(out["sample_features"][::stride], other[ray])  # [V / k, 3]
+    views = model.views(out["sample_points"][::stride], rolled[ray], other[ray])  # [V / k, W]
+    rgb = model.shade(out["sample_features"][::stride], views)  # [V / k, 3]
     error = (out["sample_rgb"][::stride] - rgb).square().sum(-1)  # [V / k]
     return stride * (out["sample_weight"][::stride] * error).sum() / directions.shape[0]

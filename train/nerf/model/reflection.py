@@ -57,12 +57,16 @@ class NormalField(nn.Module):
         return -g / length
 
     def sample(self, points: Tensor) -> Tensor:
-        """points: [V, 3] world -> [V, 3] trilinear gradient, as the density's backend."""
-        if self.backend == "native":
-            return grid.sample(self.values, points, bounds=self.bounds)
+        """points: [V, 3] world -> [V, 3] trilinear gradient, as the density's backend.
+        The box is mapped here, on the device: `grid.sample`'s `bounds` are read on the
+        host, which a captured step can neither do nor see change (`nerf.fit_box`)."""
         lo, hi = self.bounds
-        p = ((points - lo) / (hi - lo) * 2 - 1).reshape(1, 1, 1, -1, 3)
-        out = F.grid_sample(self.values.permute(3, 2, 1, 0)[None], p, align_corners=True)
+        p = (points - lo) * (2 / (hi - lo)) - 1  # [V, 3] in [-1, 1]
+        if self.backend == "native":
+            return grid.sample(self.values, p)
+        out = F.grid_sample(
+            self.values.permute(3, 2, 1, 0)[None], p.reshape(1, 1, 1, -1, 3), align_corners=True
+        )
         return out.reshape(3, -1).t()
 
 

@@ -66,11 +66,12 @@ def render_torch(
     visible = weights > weight_threshold
     chosen = visible.nonzero()[:, 0]  # [S''] the coloured samples: one read-back
     chosen_ray = ray_id[chosen]
-    colors, features = rgb_fn(points[chosen], chosen_ray, chosen)  # [S'', 3], [S'', F]
+    chosen_points = points[chosen]  # [S'', 3]
+    colors, features = rgb_fn(chosen_points, chosen_ray, chosen)  # [S'', 3], [S'', F]
     rgb, depth, acc = grid.composite(
         weights, ray_id, n_rays, colors, t, background, visible=visible, check_indices=False
     )
-    sampled = (features, colors, weights[chosen].detach(), chosen_ray)
+    sampled = (features, colors, weights[chosen].detach(), chosen_ray, chosen_points)
     return render_outputs(rgb, depth, acc, ray_id.shape[0], *sampled)
 
 
@@ -128,11 +129,13 @@ def render_fused(
         count = samples.offsets[n_rays]
     read = chosen.clamp_max(max(slots - 1, 0))  # padding slots of `chosen` read the last sample
     ray = samples.ray_indices[read]  # [V] in [0, R]: R for the padding samples
-    rgb_chosen, features = rgb_fn(samples.points[read], ray, read)  # [V, 3], [V, F]
+    points = samples.points[read]  # [V, 3]
+    rgb_chosen, features = rgb_fn(points, ray, read)  # [V, 3], [V, F]
     colors = rgb_chosen.new_zeros(slots + 1, 3).index_put_((chosen,), rgb_chosen)[:slots]
     rgb, depth, acc = grid.composite_rays(tau, colors, samples.t, samples.offsets, background)
     weights = torch.cat([weights, weights.new_zeros(1)])  # slot `slots`: padding, weight 0
-    return render_outputs(rgb, depth, acc, count, features, rgb_chosen, weights[chosen], ray)
+    sampled = (features, rgb_chosen, weights[chosen], ray, points)
+    return render_outputs(rgb, depth, acc, count, *sampled)
 
 
 def render_outputs(
@@ -144,10 +147,11 @@ def render_outputs(
     sample_rgb: Tensor,
     sample_weight: Tensor,
     sample_ray: Tensor,
+    sample_points: Tensor,
 ) -> dict[str, Tensor | int]:
     """What every render returns: rgb [R, 3], depth [R], acc [R], the samples marched, and
     for the losses (train/nerf/model/losses.py) the coloured samples' colour-grid features [V, F],
-    rgb [V, 3], weights [V] and rays [V]."""
+    rgb [V, 3], weights [V], rays [V] and points [V, 3]."""
     return {
         "rgb": rgb,
         "depth": depth,
@@ -157,4 +161,5 @@ def render_outputs(
         "sample_rgb": sample_rgb,
         "sample_weight": sample_weight,
         "sample_ray": sample_ray,
+        "sample_points": sample_points,
     }

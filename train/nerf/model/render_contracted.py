@@ -74,7 +74,8 @@ def render_contracted(
     visible = weights > weight_threshold
     chosen = visible.nonzero()[:, 0]  # [V] the coloured samples
     chosen_ray = ray_id[chosen]
-    colors, features = rgb_fn(samples.points[chosen], chosen_ray, chosen)  # [V, 3], [V, F]
+    chosen_points = samples.points[chosen]  # [V, 3]
+    colors, features = rgb_fn(chosen_points, chosen_ray, chosen)  # [V, 3], [V, F]
     if fused:
         full = colors.new_zeros(tau.shape[0], 3).index_put((chosen,), colors)  # [S, 3]
         rgb, depth, acc = grid.composite_rays(tau, full, samples.t, offsets)
@@ -82,5 +83,5 @@ def render_contracted(
         rgb, depth, acc = grid.composite(
             weights, ray_id, n_rays, colors, samples.t, visible=visible, check_indices=False
         )
-    sampled = (features, colors, weights[chosen].detach(), chosen_ray)
+    sampled = (features, colors, weights[chosen].detach(), chosen_ray, chosen_points)
     return render_outputs(rgb, depth, acc, ray_id.shape[0], *sampled)

@@ -438,8 +438,8 @@ class VoxelNeRF(nn.Module):
             an int, or a [] tensor on the device when the fused renderer planned its
             buffers; read it when logging); the coloured samples: sample_features [V, F]
             (`color_input`'s), sample_rgb [V, 3], sample_weight [V] (compositing weights,
-            no gradient) and sample_ray [V] (their ray, in [0, R]: the fused renderer's
-            padding rows have weight 0 and ray R).
+            no gradient), sample_ray [V] (their ray, in [0, R]: the fused renderer's
+            padding rows have weight 0 and ray R) and sample_points [V, 3].
         """
         if self.contraction != "none" and jitter is not None:
             raise ValueError("jitter: not with a contraction (grid.sample_contracted has none)")
