@@ -20,8 +20,9 @@ class DataConfig:
     )
     generate: bool = doc(
         "nerf: `path` holds one of the project's scenes (`scene`); generate it there when it "
-        "is missing or its scene.json does not match `scene*`; a folder it did not write, an "
-        "empty one too, is an error, never written into (set false for your own scene).",
+        "is missing or its scene.json has other settings (size, views, seed, version); "
+        "another generated scene, a folder it did not write, an empty one too, is an error, "
+        "never written into (set false for your own scene).",
         True,
     )
     scene: str = doc(

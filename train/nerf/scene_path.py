@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 def ensure_scene(config: Config, device: torch.device) -> Path:
     """`data.path`; with `data.generate`, first (re)generate the scene `data.scene` there
-    when its scene.json does not match `data.scene*` or the generator's version."""
+    when it holds this scene at other settings (`data.scene*`, the generator's version);
+    another scene there is an error, never replaced."""
     from .scenes import generate as nerf_scene
 
     d = config.data
@@ -33,8 +34,9 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
         d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
     )
     found = nerf_scene.read_scene_metadata(path)
-    if found != wanted and (found is not None or not path.exists()):  # else refused below
-        print(
+    fresh = found is None and not path.exists()
+    if fresh or (found is not None and found != wanted and nerf_scene.same_scene(found, wanted)):
+        print(  # (else nothing is written: refused below)
             f"generating the {d.scene} scene"
             + (f" (variant {d.scene_variant})" if d.scene_variant else "")
             + f" in {path} ({d.scene_size}x{d.scene_size}, "

@@ -177,6 +177,18 @@ def test_generate_refuses_a_directory_it_did_not_write(tmp_path, capsys):
     assert (own / "transforms_train.json").read_text() == "{}"
 
 
+def test_generate_refuses_to_replace_another_generated_scene(scene, tmp_path, capsys):
+    """A path naming another of the project's scenes (a slip, or another config's folder)
+    is an error; the scene there stays (its settings alone differ: it is regenerated)."""
+    stamp = (scene / "scene.json").stat().st_mtime_ns
+    args = args_for(scene, "data.generate=true", "data.scene=realistic")
+    assert main(["--out", str(tmp_path / "run"), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"config error: data.path: {scene}: holds the generated scene 'procedural', " in err
+    assert "not 'realistic'" in err and "data.generate = false" in err
+    assert "generating" not in err and (scene / "scene.json").stat().st_mtime_ns == stamp
+
+
 @pytest.mark.parametrize("generate", ["true", "false"])
 def test_an_empty_folder_is_no_capture(tmp_path, capsys, generate):
     """A folder without a capture (a typo's, or one not copied yet) is an error naming the

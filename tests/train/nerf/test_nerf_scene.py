@@ -12,7 +12,13 @@ import torch
 from train.nerf.data.blender import Views, camera_rays, load_blender
 from train.nerf.scenes import generate
 from train.nerf.scenes import procedural as scene
-from train.nerf.scenes.generate import camera_poses, ensure_scene, generate_scene
+from train.nerf.scenes.generate import (
+    camera_poses,
+    ensure_scene,
+    generate_scene,
+    same_scene,
+    scene_label,
+)
 from train.nerf.scenes.procedural import SCENE_BOUNDS, STEP, box_interval, render_rays, scene_field
 
 TINY = {"size": 16, "n_train": 3, "n_val": 2, "n_test": 2, "seed": 3}
@@ -184,6 +190,15 @@ def test_ensure_scene_regenerates_only_when_stale(tmp_path):
     with pytest.raises(FileExistsError, match=r"it holds no capture \(looked for transforms_"):
         ensure_scene(empty, **TINY)
     assert list(empty.iterdir()) == []
+    stamp = (out / "scene.json").stat().st_mtime_ns  # another generated scene: kept too
+    with pytest.raises(FileExistsError, match=r"holds the generated scene 'procedural', not "):
+        ensure_scene(out, **{**TINY, "size": 8, "scene": "realistic"})
+    assert (out / "scene.json").stat().st_mtime_ns == stamp
+    assert scene_label({"scene": "unbounded", "variant": 2}) == "unbounded, variant 2"
+    assert scene_label({"scene": "scan", "mesh": "cow.off", "look": "mirror"}) == (
+        "scan cow.off (mirror)"
+    )
+    assert not same_scene({"scene": "scan", "mesh": "cow.off"}, {"scene": "scan", "mesh": "b.off"})
 
 
 @pytest.mark.parametrize(

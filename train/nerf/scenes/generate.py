@@ -363,6 +363,26 @@ def read_scene_metadata(out_dir: str | Path) -> dict | None:
     return metadata
 
 
+#: What names a generated scene (scene.json's keys); the rest are its settings (size, views,
+#: seed, the generator's version), which a regeneration may change.
+IDENTITY = ("scene", "mesh", "look", "up", "variant")
+
+
+def same_scene(found: dict, wanted: dict) -> bool:
+    """Whether two scene.json dicts name the same scene (maybe at other settings)."""
+    return all(found.get(key) == wanted.get(key) for key in IDENTITY)
+
+
+def scene_label(metadata: dict) -> str:
+    """A scene.json's scene in words: "realistic", "scan cow.off (mirror), variant 2"."""
+    label = metadata.get("scene", "procedural")
+    if "mesh" in metadata:
+        label += f" {metadata['mesh']} ({metadata.get('look')})"
+    if metadata.get("variant"):
+        label += f", variant {metadata['variant']}"
+    return label
+
+
 def ensure_scene(
     out_dir: str | Path,
     *,
@@ -378,12 +398,20 @@ def ensure_scene(
 ) -> Path:
     """`out_dir` holding the current `scene` at these settings, generating it if needed.
 
-    Regenerates when scene.json is absent or differs (older version, other scene, variant,
-    size, counts or seed); returns at once when it matches.
+    Regenerates when scene.json is absent or differs in its settings (older version, size,
+    counts or seed); returns at once when it matches. Another scene there (`IDENTITY`) is
+    never replaced: generating it may have taken minutes, and a path that names it is more
+    likely a slip than a wish to lose it.
     """
     wanted = scene_metadata(size, n_train, n_val, n_test, seed, scene, scan, variant)
-    if read_scene_metadata(out_dir) == wanted:
+    found = read_scene_metadata(out_dir)
+    if found == wanted:
         return Path(out_dir)
+    if found is not None and not same_scene(found, wanted):
+        raise FileExistsError(
+            f"{out_dir}: holds the generated scene {scene_label(found)!r}, not "
+            f"{scene_label(wanted)!r}; refusing to replace it"
+        )
     return generate_scene(
         out_dir,
         size=size,
