@@ -173,7 +173,7 @@ def test_layout_metadata_and_supersampled_pixels(tiny):
     )
 
 
-def test_procedural_metadata_unchanged_and_kinds_regenerate(tiny, tmp_path):
+def test_procedural_metadata_unchanged_and_another_kind_is_not_replaced(tiny, tmp_path):
     old = generate.scene_metadata(64, 100, 8, 8, 0)
     assert "scene" not in old and "supersample" not in old  # scenes cached before still load
     assert generate.scene_metadata(64, 100, 8, 8, 0, "procedural") == old
@@ -183,8 +183,9 @@ def test_procedural_metadata_unchanged_and_kinds_regenerate(tiny, tmp_path):
     assert ensure_scene(tiny, **TINY) == tiny
     assert (tiny / "scene.json").stat().st_mtime_ns == stamp
     out = generate_scene(tmp_path / "s", **{**TINY, "scene": "procedural", "size": 8})
-    ensure_scene(out, **{**TINY, "size": 8})  # another scene: regenerated
-    assert json.loads((out / "scene.json").read_text())["scene"] == "realistic"
+    with pytest.raises(FileExistsError, match="holds the generated scene 'procedural', not"):
+        ensure_scene(out, **{**TINY, "size": 8})  # another scene: refused, kept
+    assert "scene" not in json.loads((out / "scene.json").read_text())
 
 
 def test_command_line(tmp_path, capsys):
