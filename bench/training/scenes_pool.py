@@ -2,7 +2,7 @@
 ours' configs trained on each, one job per GPU at a time, into one table.
 
     python bench/training/scenes_pool.py --meshes DIR [--scenes a,b] [--split tune|held_out|all]
-        [--dvgo DIR] [--no-dvgo]
+        [--dvgo DIR] [--no-dvgo | --dvgo-split tune|held_out|all]
         [--run "LABEL[@CONFIG][ on SCENE,...]: KEY=VALUE ..."]... [--gsplat [--gsplat-steps N]]
         [--ngp GRIDENCODER_DIR [--ngp-steps N] [--ngp-run "LABEL[ on SCENE,...]: OPTIONS"]...]
         [--gpus N] [--per-gpu K] [--out DIR] [--work DIR] [--data DIR] [--size N]
@@ -10,8 +10,9 @@ ours' configs trained on each, one job per GPU at a time, into one table.
 --split picks one half of the scenes (bench_scenes.py's SCENES: `tune`, the scenes every
 config value is chosen on, or `held_out`, the scenes verdicts are reported on; default all).
 Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
-(unless --no-dvgo; its CUDA extensions are built first, on the CPU, while the GPUs run
-other jobs; a `<scene>.log` already in --work/dvgo_logs is read instead), then each --run
+(unless --no-dvgo; with --dvgo-split on that half's scenes only; its CUDA extensions are
+built first, on the CPU, while the GPUs run other jobs; a `<scene>.log` already in
+--work/dvgo_logs is read instead), then each --run
 on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
 `on SCENE,...`: only those of the pool's scenes; the KEY=VALUE are --set options), then
 with --gsplat Gaussian splatting on each scene (bench/compare/gsplat/gsplat_scene.py; gsplat's
@@ -167,7 +168,10 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
     if not args.no_dvgo:
         dvgo = ["--dvgo-only", "--dvgo", str(args.dvgo), "--dvgo-log", str(args.work / "dvgo_logs")]
         dvgo += ["--work", str(args.work / "dvgo_work")]
-        jobs += [anchor(f"dvgo_{r[0]}", r[0], dvgo, "dvgo_build") for r in largest]
+        halves = ("tune", "held_out") if args.dvgo_split == "all" else (args.dvgo_split,)
+        jobs += [
+            anchor(f"dvgo_{r[0]}", r[0], dvgo, "dvgo_build") for r in largest if r.split in halves
+        ]
     for label, config, sets, only in args.runs:
         extra = ["--ours-only", "--label", label, "--config", config]
         extra += ["--work", str(args.work / "runs" / label)]
@@ -318,6 +322,12 @@ def parse_args(argv=None):
         "--dvgo", type=Path, default=os.environ.get("DVGO_DIR", ROOT / ".anchors/dvgo")
     )
     parser.add_argument("--no-dvgo", action="store_true", help="ours' runs only")
+    parser.add_argument(
+        "--dvgo-split",
+        default="all",
+        choices=("tune", "held_out", "all"),
+        help="DirectVoxGO on this half's scenes only (a verdict needs it on the held-out half)",
+    )
     parser.add_argument("--gsplat", action="store_true", help="Gaussian splatting on each too")
     parser.add_argument("--gsplat-steps", type=int, default=30000)
     parser.add_argument("--ngp", type=Path, default=None, help="torch-ngp's gridencoder folder")

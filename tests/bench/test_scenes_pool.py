@@ -57,6 +57,9 @@ def test_jobs_and_their_order(tmp_path):
         "gen_armadillo_large",
         "gen_realistic",
     ]
+    mixed = scenes_pool.pick("realistic,dragon_mirror")  # one scene of each half
+    held = scenes_pool.make_jobs(_args(tmp_path, "--dvgo-split", "held_out"), mixed)
+    assert [j["name"] for j in held if j["name"].startswith("dvgo_")] == ["dvgo_dragon_mirror"]
 
 
 def test_a_run_on_some_scenes_only(tmp_path):
