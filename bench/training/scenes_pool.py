@@ -12,9 +12,10 @@ config value is chosen on, or `held_out`, the scenes verdicts are reported on; d
 Jobs, in this order: each scene generated (the largest first), DirectVoxGO on each scene
 (unless --no-dvgo; with --dvgo-split on that half's scenes only; its CUDA extensions are
 built first, on the CPU, while the GPUs run other jobs; a `<scene>.log` already in
---work/dvgo_logs is read instead), then each --run
-on each scene (LABEL: its name in the table; CONFIG: default configs/nerf_realistic_gpu.toml;
-`on SCENE,...`: only those of the pool's scenes; the KEY=VALUE are --set options), then
+--work/dvgo_logs is read instead), then scene by scene each --run (so a pool cut short
+leaves whole scenes to compare; LABEL: its name in the table; CONFIG: default
+configs/nerf_realistic_gpu.toml; `on SCENE,...`: only those of the pool's scenes; the
+KEY=VALUE are --set options), then
 with --gsplat Gaussian splatting on each scene (bench/compare/gsplat/gsplat_scene.py; gsplat's
 kernels are JIT-built first, on the CPU, as DirectVoxGO's), then with --ngp the instant-ngp
 anchor (bench_scenes.py --ngp-only; nerfacc's CUDA ops and torch-ngp's gridencoder from that
@@ -172,11 +173,15 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
         jobs += [
             anchor(f"dvgo_{r[0]}", r[0], dvgo, "dvgo_build") for r in largest if r.split in halves
         ]
-    for label, config, sets, only in args.runs:
-        extra = ["--ours-only", "--label", label, "--config", config]
-        extra += ["--work", str(args.work / "runs" / label)]
-        extra += [a for s in sets for a in ("--set", s)]
-        jobs += [job(f"{label}_{r[0]}", r[0], extra, [f"gen_{r[0]}"]) for r in on(only)]
+    # ours' runs scene by scene: a pool cut short (device time) leaves whole scenes to compare
+    for r in largest:
+        for label, config, sets, only in args.runs:
+            if only is not None and r[0] not in only:
+                continue
+            extra = ["--ours-only", "--label", label, "--config", config]
+            extra += ["--work", str(args.work / "runs" / label)]
+            extra += [a for s in sets for a in ("--set", s)]
+            jobs.append(job(f"{label}_{r[0]}", r[0], extra, [f"gen_{r[0]}"]))
     if args.gsplat:
         extra = ["--gsplat-only", "--gsplat-steps", str(args.gsplat_steps)]
         extra += ["--work", str(args.work / "gsplat_work")]
