@@ -18,7 +18,9 @@ step is step 10. The variants:
 * `keep_grad`: `zero_grad(set_to_none=False)`, the gradient buffer reused;
 * `sync_each`: a device synchronise after every step (host time + device time, serial);
 * `graph` (with `--cuda-graph auto`, the default): the step captured as a CUDA graph, as
-  the loop runs it by default on CUDA (the averaging eager between two graphs).
+  the loop runs it by default on CUDA (the averaging eager between two graphs); its row
+  also counts the timed steps that were no replay (`captures`, `capture_seconds`,
+  `eager_steps`: a NeRF's steps that measure their buffers run op by op).
 
 Per variant: wall ms per step (synchronised at the end) and host ms per step (the time to
 enqueue the steps, before that synchronise): host ~ wall means the host is the bound. And
@@ -34,7 +36,8 @@ is printed (one JSON line per rank), so the ranks can be compared.
 before anything starts: if the two-process slowdown is CPU contention, pinned ranks lose it.
 `--formula-target` computes the density by tensor ops (the ~25 kernels of the step before
 issue 21) instead of the fused kernel. With `--profile`, rank 0 prints the profiler's top CPU
-and CUDA rows of 10 loop steps.
+and CUDA rows of 10 loop steps and, where steps are captured, the host-side rows of `--steps`
+captured steps (what runs outside the graphs: the host time of a replayed step).
 """
 
 from __future__ import annotations
@@ -82,6 +85,15 @@ def cpu_quota() -> str:
         return Path("/sys/fs/cgroup/cpu.max").read_text().strip()
     except OSError:
         return "unknown"
+
+
+def graph_counts(runner: GraphedStep) -> dict[str, float]:
+    """The captured step's counters: graphs captured, host seconds capturing, eager steps."""
+    return {
+        "captures": runner.captures,
+        "capture_seconds": runner.capture_seconds,
+        "eager_steps": runner.eager_steps,
+    }
 
 
 def pin(rank: int, size: int) -> None:
@@ -184,6 +196,7 @@ def main() -> int:
                 fn()
             sync()
             world.agree(None)  # start together
+            counts = graph_counts(runner) if name == "graph" else {}
             threads, usage = thread_cpu_ms(), resource.getrusage(resource.RUSAGE_THREAD)
             cpu, process_cpu = time.thread_time(), time.process_time()
             begin = time.perf_counter()
@@ -209,6 +222,9 @@ def main() -> int:
                     if v > 0
                 },
             }
+            if counts:  # what of the timed steps was not a replay
+                after_counts = graph_counts(runner)
+                result[name].update({k: after_counts[k] - v for k, v in counts.items()})
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
@@ -220,6 +236,14 @@ def main() -> int:
                 averages = prof.key_averages()
                 print(averages.table(sort_by="self_cpu_time_total", row_limit=18))
                 print(averages.table(sort_by="self_cuda_time_total", row_limit=14))
+            if exp.graphed:  # the host's share of a captured step: what runs outside the graphs
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    for _ in range(args.steps):
+                        variants["graph"]()
+                    sync()
+                if world.is_main:
+                    print(f"captured steps ({args.steps}), host side:")
+                    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=24))
         results = [result]
         if world.size > 1:
             results = [None] * world.size
