@@ -53,7 +53,8 @@
 #   bash bench/gpu.sh tune-report --candidate "LABEL[@CONFIG]: K=V ..." ... [--report-run ...]
 #   bash bench/gpu.sh tune-wait
 # bench/training/tune_then_report.py started detached (the candidates on the tuning scenes
-# while DirectVoxGO trains on the held-out ones, then the winner on the held-out ones), after a
+# while DirectVoxGO trains on the held-out ones, then the winner on the held-out ones; on one
+# GPU the candidates first, then DirectVoxGO and the winner), after a
 # smoke run of configs/nerf_multires.toml on the GPU (captured steps; the pipeline starts only
 # if it passes), then waited for up to POOL_WAIT seconds; `tune-wait` waits again. Each call
 # copies the pipeline's log, both tables so far (tables.md) and an archive of the rest

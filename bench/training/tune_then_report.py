@@ -11,6 +11,8 @@ one host's GPUs (bench/training/scenes_pool.py pools, bench/training/bench_scene
    generated and DirectVoxGO trained on each (pool `report`); on the other GPUs: every
    --candidate on every tuning scene, without DirectVoxGO (pool `tune`; --tune-per-gpu K
    runs K at once on each of its GPUs: equal steps compare, their seconds are shared).
+   With K = 0 (the default on a host of one GPU) the tuning pool runs first on every GPU
+   and DirectVoxGO joins the held-out pool of step 3 instead.
    With --ngp, the instant-ngp anchor trains on the held-out scenes (or as each --ngp-run
    says) in the same pool as DirectVoxGO (scenes_pool.py --ngp, --ngp-run).
 2. The rule, fixed before any number is seen: the candidate with the highest mean test PSNR
@@ -113,7 +115,9 @@ def parse_args(argv=None):
     parser.add_argument("--report-run", action="append", default=[])
     parser.add_argument("--scale", default="2,4", help="multiples of the winner's steps")
     parser.add_argument("--gpus", type=int, default=None, help="default: every GPU")
-    parser.add_argument("--dvgo-gpus", type=int, default=None, help="default: all but one")
+    parser.add_argument(
+        "--dvgo-gpus", type=int, default=None, help="default: all but one; 0: tune first"
+    )
     parser.add_argument("--tune-per-gpu", type=int, default=1, help="tuning jobs at once a GPU")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "tune_report")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
@@ -137,9 +141,9 @@ def main(argv=None) -> int:
         import torch
 
         count = args.gpus or torch.cuda.device_count()
-        dvgo_gpus = args.dvgo_gpus if args.dvgo_gpus is not None else count - 1
-        if count < 2 or not 1 <= dvgo_gpus < count:
-            raise BenchError(f"--gpus, --dvgo-gpus: expected 1 <= {dvgo_gpus} < {count} GPUs")
+        dvgo_gpus = args.dvgo_gpus if args.dvgo_gpus is not None else max(count - 1, 0)
+        if count < 1 or not 0 <= dvgo_gpus < count:
+            raise BenchError(f"--gpus, --dvgo-gpus: expected 0 <= {dvgo_gpus} < {count} GPUs")
     except (BenchError, ValueError) as error:
         print(f"tune_then_report: {error}", file=sys.stderr)
         return 2
@@ -156,7 +160,8 @@ def main(argv=None) -> int:
     if args.ngp:  # in both calls of the report pool: its table merges the jobs it is given
         held_args += ["--ngp", args.ngp, "--ngp-steps", str(args.ngp_steps)]
         held_args += [a for r in args.ngp_run for a in ("--ngp-run", r)]
-    held = pool(args, "report", ids[:dvgo_gpus], held_args)
+    # on one GPU (dvgo_gpus 0) DirectVoxGO waits for the tuning pool, in the last pool
+    held = pool(args, "report", ids[:dvgo_gpus], held_args) if dvgo_gpus else None
     runs = [a for c in args.candidate for a in ("--run", c)]
     runs += ["--per-gpu", str(args.tune_per_gpu)]
     tuning = pool(args, "tune", ids[dvgo_gpus:], ["--scenes", ",".join(tune), "--no-dvgo", *runs])
@@ -167,7 +172,8 @@ def main(argv=None) -> int:
         best, means = choose(results, labels)
     except (BenchError, OSError, ValueError) as error:
         say(args.work, f"no choice: {error}")
-        held.wait()
+        if held is not None:
+            held.wait()
         return 1
     label, config, sets, _ = next(c for c in candidates if c[0] == best)
     choice = {"chosen": best, "config": config, "sets": sets, "tuning_means": means, "scenes": tune}
@@ -178,8 +184,10 @@ def main(argv=None) -> int:
     runs = [run_text(f"chosen_{k}x", config, [*base, f"train.steps={steps * k}"]) for k in scales]
     runs = runs[::-1] + [run_text("chosen", config, sets)]  # the longest first
     runs += [run_text(*r[:3]) for r in report_runs]
-    status = held.wait()
-    say(args.work, f"held-out DirectVoxGO pool exited {status}")
+    status = 0
+    if held is not None:
+        status = held.wait()
+        say(args.work, f"held-out DirectVoxGO pool exited {status}")
     final = pool(args, "report", ids, [*held_args, *(a for r in runs for a in ("--run", r))])
     status = final.wait() or status
     say(

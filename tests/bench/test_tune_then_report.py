@@ -98,3 +98,37 @@ def test_the_pipeline_tunes_chooses_and_reports_on_the_other_half(tmp_path, monk
     ]
     choice = json.loads((tmp_path / "w" / "choice.json").read_text())
     assert choice["chosen"] == "y" and choice["scenes"] == ["realistic", "bunny_glossy"]
+
+
+def test_on_one_gpu_the_tuning_pool_runs_first_and_directvoxgo_joins_the_report(
+    tmp_path, monkeypatch
+):
+    import json
+
+    import bench.training.tune_then_report as pipeline
+
+    fake = tmp_path / "pool.py"
+    fake.write_text(FAKE_POOL)
+    monkeypatch.setattr(pipeline, "POOL", fake)
+    monkeypatch.setattr(pipeline, "load_results", lambda p: json.loads(p.read_text())["scenes"])
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    argv = ["--meshes", str(tmp_path), "--gpus", "1", "--work", str(tmp_path / "w")]
+    argv += ["--candidate", "x: a=1", "--candidate", "y: a=2", "--scale", ""]
+    argv += ["--tune-scenes", "realistic", "--report-scenes", "dragon_mirror,dino_mirror"]
+    assert pipeline.main(argv) == 0
+    tune, report = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert tune["gpus"] == "0" and "--no-dvgo" in tune["args"]
+    assert tune["args"][tune["args"].index("--scenes") + 1] == "realistic"
+    assert report["gpus"] == "0" and "--no-dvgo" not in report["args"]
+    assert report["args"][report["args"].index("--scenes") + 1] == "dragon_mirror,dino_mirror"
+    runs = [report["args"][i + 1] for i, a in enumerate(report["args"]) if a == "--run"]
+    assert runs == [f"chosen@{DEFAULT_CONFIG}: a=2"]
+    log = (tmp_path / "w" / "pipeline.log").read_text()
+    assert "DirectVoxGO pool" not in log and "chosen: y" in log
+
+
+def test_a_dvgo_gpu_count_that_leaves_no_gpu_to_tune_on_is_refused(tmp_path, capsys):
+    argv = ["--meshes", str(tmp_path), "--candidate", "x: a=1", "--work", str(tmp_path / "w")]
+    assert main(argv + ["--gpus", "2", "--dvgo-gpus", "2"]) == 2
+    assert "--dvgo-gpus" in capsys.readouterr().err
