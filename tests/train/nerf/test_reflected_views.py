@@ -15,6 +15,7 @@ from tests.train.nerf.test_nerf_fused import grads, pair
 from tests.train.nerf.test_nerf_model_parity import rays
 from train.__main__ import main
 from train.config import ConfigError, load_config
+from train.nerf.model.encoding import ViewInput
 from train.nerf.model.reflection import FLAT, NormalField, density_gradient, reflect
 from train.nerf.model.voxel_nerf import VoxelNeRF
 
@@ -89,6 +90,46 @@ def test_a_refresh_is_in_place_unless_the_shape_changes():
     fresh.load_state_dict(m.state_dict())  # a reload recomputes them
     torch.testing.assert_close(fresh.views.normals.values, m.views.normals.values)
     assert not any("normals" in key for key in m.state_dict())
+
+
+@pytest.mark.parametrize("kind", ["frequencies", "sh"])
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_the_view_input_is_its_parts_concatenated_in_the_mlp_dtype(kind, dtype):
+    """Each part written into one buffer of the colour MLP's dtype: bit for bit the float32
+    concatenation cast after, from either entry (the reader's and the forward's)."""
+    views = ViewInput(kind, 4, True, "native", dtype=dtype)
+    raw = torch.randn(9, 9, 9, generator=torch.Generator().manual_seed(6))
+    views.refresh(lambda: raw, torch.tensor(BOX))
+    d = unit(300, 7).float()
+    points = torch.rand(300, 3, generator=torch.Generator().manual_seed(8)) * 2 - 1
+    reflected, cos = reflect(d, views.normals(points))
+    want = torch.cat([views.encode(d), views.encode(reflected), cos], -1)
+    want = want.to(dtype or torch.float32)
+    assert views.width == want.shape[1] and views.encode(d).abs().max() > 0
+    assert torch.equal(views(points, d), want)
+    assert torch.equal(views(points, d, views.encode(d)), want)
+    rays = torch.arange(300)
+    read = views.reader(d)(points, rays)
+    assert read.dtype == want.dtype and torch.equal(read, want)
+    plain = ViewInput(kind, 4, False, "native", dtype=dtype)
+    assert torch.equal(plain.reader(d)(points, rays), plain.encode(d).to(want.dtype))
+
+
+def test_a_bfloat16_colour_mlp_reads_what_the_float32_concatenation_cast_gave():
+    """`shade` casts the features alone and takes the view input as built: the colours and
+    the features' gradient are bit for bit those of one float32 input cast to bfloat16."""
+    m = VoxelNeRF(BOX, 8, 12, color_features=4, hidden=16, reflected_views=True)
+    m.mlp_dtype = torch.bfloat16
+    features = torch.randn(500, 4, generator=torch.Generator().manual_seed(9))
+    features.requires_grad_(True)
+    view = torch.rand(500, m.views.width, generator=torch.Generator().manual_seed(10))
+    got = m.shade(features, view.to(torch.bfloat16))
+    (grad,) = torch.autograd.grad(got.sum(), features)
+    x = torch.cat([features, view], -1).to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = torch.sigmoid(m.mlp(x).float())
+    (grad_want,) = torch.autograd.grad(want.sum(), features)
+    assert torch.equal(got, want) and torch.equal(grad, grad_want) and grad.abs().max() > 0
 
 
 def test_both_renderers_agree_with_reflected_views_in_float64():

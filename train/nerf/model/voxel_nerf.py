@@ -217,7 +217,10 @@ class VoxelNeRF(nn.Module):
                 "reflected_views: not with a contraction (its normals would be the "
                 "contracted space's)"
             )
-        self.views = ViewInput(view_encoding, view_frequencies, reflected_views, backend, device)
+        autocast = None if self.mlp_dtype == torch.float32 else self.mlp_dtype
+        self.views = ViewInput(
+            view_encoding, view_frequencies, reflected_views, backend, device, autocast
+        )
         self.mlp = color_mlp(color_in, self.views.width, hidden, device)
         self.step_ratio = step_ratio
         self.density_activation = density_activation
@@ -333,10 +336,14 @@ class VoxelNeRF(nn.Module):
     def shade(self, features: Tensor, view_encoding: Tensor) -> Tensor:
         """The colour MLP: features [S, F] (`color_input`), view_encoding [S, E] ->
         [S, 3] in (0, 1)."""
-        x = torch.cat([features, view_encoding], -1)
-        if self.mlp_dtype == torch.float32:
+        if self.mlp_dtype == torch.float32:  # no autocast: the model's own dtype
+            x = torch.cat([features, view_encoding.to(features.dtype)], -1)
             return torch.sigmoid(self.mlp(x))
-        with torch.autocast(x.device.type, dtype=self.mlp_dtype):
+        # the input in the autocast dtype, as the first layer reads it (`ViewInput` builds
+        # the view's part in it): one cast of the features, none of the whole input
+        dtype = self.mlp_dtype
+        x = torch.cat([features.to(dtype), view_encoding.to(dtype)], -1)
+        with torch.autocast(x.device.type, dtype=dtype):
             logits = self.mlp(x)
         return torch.sigmoid(logits.float())
 
