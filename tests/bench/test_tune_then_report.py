@@ -1,7 +1,11 @@
 """bench/training/tune_then_report.py: the choosing rule and the runs it derives."""
 
+import json
+from pathlib import Path
+
 import pytest
 
+import bench.training.tune_then_report as pipeline
 from bench.training.bench_scenes import BenchError
 from bench.training.scenes_pool import DEFAULT_CONFIG
 from bench.training.tune_then_report import choose, config_steps, main
@@ -62,17 +66,19 @@ results = {s: {r: {"psnr": psnr.get(r, 1.0)} for r in runs} for s in scenes}
 """
 
 
-def test_the_pipeline_tunes_chooses_and_reports_on_the_other_half(tmp_path, monkeypatch):
-    import json
-
-    import bench.training.tune_then_report as pipeline
-
+def fake_pools(tmp_path, monkeypatch) -> Path:
+    """FAKE_POOL in place of scenes_pool.py; returns the file its calls are written to."""
     fake = tmp_path / "pool.py"
     fake.write_text(FAKE_POOL)
     monkeypatch.setattr(pipeline, "POOL", fake)
     monkeypatch.setattr(pipeline, "load_results", lambda p: json.loads(p.read_text())["scenes"])
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("CALLS", str(calls))
+    return calls
+
+
+def test_the_pipeline_tunes_chooses_and_reports_on_the_other_half(tmp_path, monkeypatch):
+    calls = fake_pools(tmp_path, monkeypatch)
     config = tmp_path / "c.toml"
     config.write_text("[train]\nsteps = 100\n")
     argv = ["--meshes", str(tmp_path), "--gpus", "4", "--work", str(tmp_path / "w")]
@@ -103,16 +109,7 @@ def test_the_pipeline_tunes_chooses_and_reports_on_the_other_half(tmp_path, monk
 def test_on_one_gpu_the_tuning_pool_runs_first_and_directvoxgo_joins_the_report(
     tmp_path, monkeypatch
 ):
-    import json
-
-    import bench.training.tune_then_report as pipeline
-
-    fake = tmp_path / "pool.py"
-    fake.write_text(FAKE_POOL)
-    monkeypatch.setattr(pipeline, "POOL", fake)
-    monkeypatch.setattr(pipeline, "load_results", lambda p: json.loads(p.read_text())["scenes"])
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("CALLS", str(calls))
+    calls = fake_pools(tmp_path, monkeypatch)
     argv = ["--meshes", str(tmp_path), "--gpus", "1", "--work", str(tmp_path / "w")]
     argv += ["--candidate", "x: a=1", "--candidate", "y: a=2", "--scale", ""]
     argv += ["--tune-scenes", "realistic", "--report-scenes", "dragon_mirror,dino_mirror"]
