@@ -161,3 +161,47 @@ def test_resized_grids_train_on_after_a_backward(backend, dtype):
         g(points).square().sum().backward()
         assert g.features.grad.shape == g.features.shape
         assert g.features.grad.abs().max() > 0
+
+
+def test_image_chunks_follow_the_samples_a_ray_within_their_bounds():
+    from train.nerf.model.voxel_nerf import MAX_CHUNK, MIN_CHUNK, image_chunk
+
+    assert image_chunk(8192, 8192 * 200, 8192, 1 << 21) == (1 << 21) // 200  # the rate's
+    assert image_chunk(MAX_CHUNK, 0, MAX_CHUNK, 1 << 30) == MAX_CHUNK  # never more
+    assert image_chunk(8192, 0, 8192, 1 << 21) == 16384  # empty rows: at most twice
+    assert image_chunk(4096, 4096 * 4000, 4096, 1 << 21) == MIN_CHUNK  # never fewer
+    assert image_chunk(100, 100 * 500, 4096, 1 << 21) == 4194  # a last, short chunk's rate
+
+
+@pytest.mark.parametrize("renderer", ["fused", "torch"])
+def test_an_image_in_chunks_of_any_size_is_the_image_in_one(renderer, monkeypatch):
+    """The chunks grow and shrink with the samples a ray (a budget of 3000 samples over 48
+    x 40 rays through a partly empty box), and the pixels do not depend on them."""
+    import train.nerf.model.voxel_nerf as voxel_nerf
+
+    monkeypatch.setattr(voxel_nerf, "FIRST_CHUNK", 64)
+    monkeypatch.setattr(voxel_nerf, "MIN_CHUNK", 16)
+    torch.manual_seed(0)
+    m = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, renderer=renderer)
+    with torch.no_grad():
+        m.density.features.normal_(0, 4)
+    m.update_occupancy()
+    origins, directions = rays(48 * 40)
+    origins, directions = origins.reshape(48, 40, 3), directions.reshape(48, 40, 3)
+    sizes = []
+    render = m.render
+
+    def counted(o, d, *args, **kwargs):
+        sizes.append(o.shape[0])
+        return render(o, d, *args, **kwargs)
+
+    m.render = counted
+    background = torch.tensor([0.2, 0.5, 1.0])
+    small = m.render_image(origins, directions, background, samples=3000)
+    chunks, sizes[:] = list(sizes), []
+    monkeypatch.setattr(voxel_nerf, "FIRST_CHUNK", 1 << 13)
+    whole = m.render_image(origins, directions, background)
+    assert sizes == [48 * 40] and len(chunks) > 3 and len(set(chunks)) > 2
+    assert sum(chunks) == 48 * 40 and small[0].abs().sum() > 0
+    for a, b in zip(small, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

@@ -498,19 +498,38 @@ class VoxelNeRF(nn.Module):
 
     @torch.no_grad()
     def render_image(
-        self, origins: Tensor, directions: Tensor, background: Tensor, chunk: int = 1 << 13
+        self, origins: Tensor, directions: Tensor, background: Tensor, samples: int = 1 << 21
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W]
-        (rendered in chunks of rays: 8192, a training batch's worth, keep the memory a
-        step needs; 65536 rays of 400x400 views took 15 GB on the realistic scene)."""
+        """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W],
+        rendered in chunks of rays of about `samples` samples each (`image_chunk`)."""
         shape = origins.shape[:-1]
         o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
         rgbs, depths, accs = [], [], []
-        for start in range(0, o.shape[0], chunk):
+        start, chunk = 0, FIRST_CHUNK
+        while start < o.shape[0]:
             rays = (o[start : start + chunk], d[start : start + chunk])
             out = self.render(*rays, background, exact=True)
             rgbs.append(out["rgb"])
             depths.append(out["depth"])
             accs.append(out["acc"])
+            start += rays[0].shape[0]
+            chunk = image_chunk(rays[0].shape[0], int(out["samples"]), chunk, samples)
         rgb = torch.cat(rgbs).reshape(*shape, 3)
         return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
+
+
+#: An image's first chunk of rays (`render_image`): a training batch's worth.
+FIRST_CHUNK = 1 << 13
+#: The fewest and the most rays in one chunk of an image, whatever its samples.
+MIN_CHUNK, MAX_CHUNK = 1 << 10, 1 << 15
+
+
+def image_chunk(rays: int, marched: int, chunk: int, samples: int) -> int:
+    """The rays of `render_image`'s next chunk after one of `rays` rays that marched
+    `marched` samples (`chunk` rays asked): about `samples` samples at that rate, at most
+    twice `chunk` (the next rows may hold more of the object) and MAX_CHUNK (a chunk of
+    rays that all cross it: 65536 rays took 15 GB early in a realistic-scene run), at
+    least MIN_CHUNK. A chunk is an exact render (op by op, its counts read back): at 8192 rays
+    a chunk, its fixed cost was most of an evaluation's 1.3 s (bench/notes/nerf.md, H11)."""
+    per_ray = max(marched / max(rays, 1), 1.0)
+    return int(max(MIN_CHUNK, min(2 * chunk, MAX_CHUNK, samples / per_ray)))
