@@ -72,6 +72,50 @@ def test_capacity_keeps_its_plan_while_a_new_one_is_a_little_smaller():
     assert cap.peek(key, 1000) is None  # `every` renders: measure again
 
 
+def test_the_plan_is_made_again_from_a_planned_renders_counts_copied_before():
+    """`lag` renders before the `every`-th, the counts the last planned render wrote on the
+    device are copied; the `every`-th plans from them, with no exact render."""
+    cap, key = SampleCapacity(), ("flags", 0)
+    cap.measured(key, 10_000, 3_000, 1000, CPU)
+    assert cap.seen.tolist() == [-1, -1]  # nothing planned in this state yet
+    for k in range(1, cap.every + 1):
+        assert cap.sizes(key, 1000) == (11 * 1024, 4 * 1024)
+        late = k > cap.every - cap.lag  # rendered after the copy started: not read
+        cap.observe(torch.tensor(20_000 if late else 12_000), torch.tensor(3_100))
+    plan = cap.peek(key, 1000)  # from 12 000 and 3 100 samples over 1000 rays
+    assert plan == (13 * 1024, 4 * 1024) and cap.renders == 0 and cap.copy is None
+    assert cap.per_ray == (12.0, 3.1)
+
+
+def test_with_no_planned_counts_the_every_th_render_is_exact():
+    cap, key = SampleCapacity(), ("flags", 0)
+    cap.measured(key, 10_000, 3_000, 1000, CPU)
+    for _ in range(cap.every - cap.lag):
+        cap.sizes(key, 1000)
+    assert cap.copy is not None  # a copy of `seen`, which no planned render wrote
+    cap.measured(key, 10_000, 3_000, 1000, CPU)  # a new measurement drops it
+    assert cap.copy is None
+    for _ in range(cap.every):
+        cap.sizes(key, 1000)
+    assert cap.peek(key, 1000) is None  # -1 copied: measure
+
+
+def test_a_run_renders_exactly_only_when_its_state_changes(scene):
+    """Planned renders (as on CUDA), occupancy refreshed every 100 steps: past the first
+    render and the refresh, the renders of 40 steps never measure, though `every` is 8."""
+    config = nerf_config(scene, "nerf.occupancy_start=2", "nerf.occupancy_every=100")
+    exp = NerfExperiment(config, CPU, torch.Generator().manual_seed(0), None)
+    exp.model.sizing = "planned"
+    exp.model.capacity.every, exp.model.capacity.lag = 8, 3
+    exact = []
+    for step in range(40):
+        exp.begin_step(step)
+        if exp.graph_key() is None:
+            exact.append(step)
+        eager_step(exp, SINGLE)
+    assert exact == [0, 2] and int(exp.model.capacity.dropped) >= 0
+
+
 def test_dropped_samples_are_counted_in_place():
     cap = SampleCapacity()
     cap.measured(("k",), 10, 10, 1, CPU)
