@@ -179,10 +179,10 @@ def test_an_image_in_chunks_of_any_size_is_the_image_in_one(renderer, monkeypatc
     x 40 rays through a partly empty box), and the pixels do not depend on them."""
     import train.nerf.model.voxel_nerf as voxel_nerf
 
-    monkeypatch.setattr(voxel_nerf, "FIRST_CHUNK", 64)
     monkeypatch.setattr(voxel_nerf, "MIN_CHUNK", 16)
     torch.manual_seed(0)
     m = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, renderer=renderer)
+    m.image_rays = 64  # the first chunk
     with torch.no_grad():
         m.density.features.normal_(0, 4)
     m.update_occupancy()
@@ -199,7 +199,8 @@ def test_an_image_in_chunks_of_any_size_is_the_image_in_one(renderer, monkeypatc
     background = torch.tensor([0.2, 0.5, 1.0])
     small = m.render_image(origins, directions, background, samples=3000)
     chunks, sizes[:] = list(sizes), []
-    monkeypatch.setattr(voxel_nerf, "FIRST_CHUNK", 1 << 13)
+    assert m.image_rays > 2 * 64  # the next image starts at this one's rate
+    m.image_rays = 1 << 13
     whole = m.render_image(origins, directions, background)
     assert sizes == [48 * 40] and len(chunks) > 3 and len(set(chunks)) > 2
     assert sum(chunks) == 48 * 40 and small[0].abs().sum() > 0

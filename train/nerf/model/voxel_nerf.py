@@ -189,6 +189,7 @@ class VoxelNeRF(nn.Module):
         self.renderer = renderer
         self.sizing = "auto"
         self.capacity = SampleCapacity()
+        self.image_rays = FIRST_CHUNK  # `render_image`'s next chunk: the last image's rate
         size = triple(resolution)
         final = triple(final_resolution)
         self.bounds_list = [list(map(float, b)) for b in bounds]
@@ -501,11 +502,12 @@ class VoxelNeRF(nn.Module):
         self, origins: Tensor, directions: Tensor, background: Tensor, samples: int = 1 << 21
     ) -> tuple[Tensor, Tensor, Tensor]:
         """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W],
-        rendered in chunks of rays of about `samples` samples each (`image_chunk`)."""
+        rendered in chunks of rays of about `samples` samples each (`image_chunk`; the
+        first chunk sized as the last image's last)."""
         shape = origins.shape[:-1]
         o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
         rgbs, depths, accs = [], [], []
-        start, chunk = 0, FIRST_CHUNK
+        start, chunk = 0, self.image_rays
         while start < o.shape[0]:
             rays = (o[start : start + chunk], d[start : start + chunk])
             out = self.render(*rays, background, exact=True)
@@ -514,6 +516,7 @@ class VoxelNeRF(nn.Module):
             accs.append(out["acc"])
             start += rays[0].shape[0]
             chunk = image_chunk(rays[0].shape[0], int(out["samples"]), chunk, samples)
+        self.image_rays = chunk
         rgb = torch.cat(rgbs).reshape(*shape, 3)
         return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
 
