@@ -1,7 +1,7 @@
 """`grid-train render` and `grid-train view`, on one tiny radiance field trained here.
 
 Every picture is compared with the offline render of the same camera
-(`train.nerf.view.render_camera`: the camera's rays through `VoxelNeRF.render_image`):
+(`train.nerf.view.render_camera`: the camera's rays through `train.nerf.model.image.render_image`):
 the PNG frames and the losslessly encoded video of a path, the viewer's frames, and the
 pixels a real browser (Debian's chromium, driven by Playwright) shows after its camera was
 dragged. Without chromium or Playwright that last test skips and says what is missing.
@@ -31,6 +31,7 @@ from train.checkpoint import load_checkpoint
 from train.config import load_config
 from train.nerf import view as nerf_view
 from train.nerf.data.blender import camera_rays
+from train.nerf.model.image import render_image
 
 CPU = torch.device("cpu")
 TINY = [
@@ -106,7 +107,7 @@ def test_a_test_camera_renders_as_the_run_renders_its_test_view(trained):
 
     views = load_views(Path(config.data.path), "test", background=tuple(config.data.background))
     origins, directions = camera_rays(views, 0)
-    expected, _, _ = model.render_image(origins, directions, background)
+    expected, _, _ = render_image(model, origins, directions, background)
     got = nerf_view.render_camera(model, background, home.c2w[0], home.fov, home.width, home.height)
     torch.testing.assert_close(got, expected.clamp(0, 1), atol=1e-5, rtol=0)
 

@@ -43,6 +43,7 @@ from .evaluation import background_errors, background_metrics, seconds_to
 from .model.appearance import color_correct, make_appearance
 from .model.capacity import capacity_key
 from .model.fit_box import box_resolution, surface_box
+from .model.image import render_image
 from .model.losses import auxiliary_losses, priors_on
 from .model.voxel_nerf import VoxelNeRF
 from .optimizer import lr_factor, make_optimizer, set_levels
@@ -333,7 +334,7 @@ class NerfExperiment(Experiment):
         sizes = self.test_views.sizes
         kept = torch.zeros(min(keep, views), height, width, 4, device=self.device)  # rgb, depth
         for i in world.split(views):
-            rgb, depth, acc = self.model.render_image(origins[i], directions[i], self.background)
+            rgb, depth, acc = render_image(self.model, origins[i], directions[i], self.background)
             if self.appearance is not None:  # the test image's own exposure is not error
                 mask = None if self.test_mask is None else self.test_mask[i]
                 rgb = color_correct(rgb, self.test_images[i], mask)

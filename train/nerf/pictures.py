@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from ..errors import writing
 from ..pictures import plot_mse, save_figure
+from .model.image import render_image
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -172,8 +173,8 @@ def write_turntable(path: Path, exp: NerfRun, frames: int) -> None:
     origins, directions = camera_rays(novel)  # [frames, H, W, 3]
     images = []
     for k in range(frames):
-        rgb, _, _ = exp.model.render_image(
-            origins[k].to(exp.device), directions[k].to(exp.device), exp.background
+        rgb, _, _ = render_image(
+            exp.model, origins[k].to(exp.device), directions[k].to(exp.device), exp.background
         )
         array = (rgb.clamp(0, 1) * 255 + 0.5).byte().cpu().numpy()
         images.append(Image.fromarray(array))

@@ -3,7 +3,7 @@
 
 `render_camera` is the one render of a camera: the rays of `train.nerf.data.blender.camera_rays`
 (a pinhole with square pixels, principal point at the centre) through the model's own
-`VoxelNeRF.render_image` (the fused ray marcher and compositor of the library where the
+`train.nerf.model.image.render_image` (the fused ray marcher and compositor of the library where the
 run's renderer is fused). The viewer renders the same rays band by band (so that it can stop
 when the camera moves) and `grid-train render` frame by frame: their pictures are the
 offline render's.
@@ -25,6 +25,7 @@ from torch import Tensor
 from ..camera_path import fov_from_focal, up_axis
 from .data.blender import Views, camera_rays
 from .export import load_model
+from .model.image import render_image
 from .model.voxel_nerf import VoxelNeRF
 
 #: The share of the time a training run's viewer renders its new checkpoints for a still
@@ -74,7 +75,7 @@ def render_camera(
     """The offline render of one camera: rgb [height, width, 3] in [0, 1] on the model's
     device (c2w: [4, 4] OpenGL camera-to-world; fov: vertical, degrees)."""
     origins, directions = rays(c2w, fov, width, height, background.device)
-    rgb, _, _ = model.render_image(origins, directions, background)
+    rgb, _, _ = render_image(model, origins, directions, background)
     return rgb.clamp(0, 1)
 
 
@@ -97,7 +98,7 @@ def render_bands(
         if cancelled():
             return None
         band = slice(top, top + rows)
-        rgb, _, _ = model.render_image(origins[band], directions[band], background)
+        rgb, _, _ = render_image(model, origins[band], directions[band], background)
         bands.append(rgb)
     return torch.cat(bands).clamp(0, 1)
 

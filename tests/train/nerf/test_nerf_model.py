@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from grid import composite_weights
 from grid import ray_aabb as ray_box
 from train.nerf.model.encoding import positional_encoding
+from train.nerf.model.image import render_image
 from train.nerf.model.voxel_nerf import VoxelNeRF
 
 BOUNDS = ((-1.5, -1.5, -1.5), (1.5, 1.5, 1.5))
@@ -164,7 +165,7 @@ def test_resized_grids_train_on_after_a_backward(backend, dtype):
 
 
 def test_image_chunks_follow_the_samples_a_ray_within_their_bounds():
-    from train.nerf.model.voxel_nerf import MAX_CHUNK, MIN_CHUNK, image_chunk
+    from train.nerf.model.image import MAX_CHUNK, MIN_CHUNK, image_chunk
 
     assert image_chunk(8192, 8192 * 200, 8192, 1 << 21) == (1 << 21) // 200  # the rate's
     assert image_chunk(MAX_CHUNK, 0, MAX_CHUNK, 1 << 30) == MAX_CHUNK  # never more
@@ -177,9 +178,9 @@ def test_image_chunks_follow_the_samples_a_ray_within_their_bounds():
 def test_an_image_in_chunks_of_any_size_is_the_image_in_one(renderer, monkeypatch):
     """The chunks grow and shrink with the samples a ray (a budget of 3000 samples over 48
     x 40 rays through a partly empty box), and the pixels do not depend on them."""
-    import train.nerf.model.voxel_nerf as voxel_nerf
+    import train.nerf.model.image as image
 
-    monkeypatch.setattr(voxel_nerf, "MIN_CHUNK", 16)
+    monkeypatch.setattr(image, "MIN_CHUNK", 16)
     torch.manual_seed(0)
     m = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, renderer=renderer)
     m.image_rays = 64  # the first chunk
@@ -197,11 +198,11 @@ def test_an_image_in_chunks_of_any_size_is_the_image_in_one(renderer, monkeypatc
 
     m.render = counted
     background = torch.tensor([0.2, 0.5, 1.0])
-    small = m.render_image(origins, directions, background, samples=3000)
+    small = render_image(m, origins, directions, background, samples=3000)
     chunks, sizes[:] = list(sizes), []
     assert m.image_rays > 2 * 64  # the next image starts at this one's rate
     m.image_rays = 1 << 13
-    whole = m.render_image(origins, directions, background)
+    whole = render_image(m, origins, directions, background)
     assert sizes == [48 * 40] and len(chunks) > 3 and len(set(chunks)) > 2
     assert sum(chunks) == 48 * 40 and small[0].abs().sum() > 0
     for a, b in zip(small, whole, strict=True):

@@ -64,6 +64,7 @@ from .color_mlp import color_mlp
 from .density_activation import activate, density_shift, raw_density
 from .encoding import ViewInput
 from .grids import make_grid, mean_spacing, triple
+from .image import FIRST_CHUNK
 from .multires_fields import MultiresDensity, shared_fields
 from .render import RgbFn, SigmaFn, render_fused, render_torch
 from .render_contracted import render_contracted
@@ -189,7 +190,7 @@ class VoxelNeRF(nn.Module):
         self.renderer = renderer
         self.sizing = "auto"
         self.capacity = SampleCapacity()
-        self.image_rays = FIRST_CHUNK  # `render_image`'s next chunk: the last image's rate
+        self.image_rays = FIRST_CHUNK  # an image's first chunk (`image.render_image`)
         size = triple(resolution)
         final = triple(final_resolution)
         self.bounds_list = [list(map(float, b)) for b in bounds]
@@ -496,43 +497,3 @@ class VoxelNeRF(nn.Module):
             exact=exact,
             **common,
         )
-
-    @torch.no_grad()
-    def render_image(
-        self, origins: Tensor, directions: Tensor, background: Tensor, samples: int = 1 << 21
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W],
-        rendered in chunks of rays of about `samples` samples each (`image_chunk`; the
-        first chunk sized as the last image's last)."""
-        shape = origins.shape[:-1]
-        o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
-        rgbs, depths, accs = [], [], []
-        start, chunk = 0, self.image_rays
-        while start < o.shape[0]:
-            rays = (o[start : start + chunk], d[start : start + chunk])
-            out = self.render(*rays, background, exact=True)
-            rgbs.append(out["rgb"])
-            depths.append(out["depth"])
-            accs.append(out["acc"])
-            start += rays[0].shape[0]
-            chunk = image_chunk(rays[0].shape[0], int(out["samples"]), chunk, samples)
-        self.image_rays = chunk
-        rgb = torch.cat(rgbs).reshape(*shape, 3)
-        return rgb, torch.cat(depths).reshape(shape), torch.cat(accs).reshape(shape)
-
-
-#: An image's first chunk of rays (`render_image`): a training batch's worth.
-FIRST_CHUNK = 1 << 13
-#: The fewest and the most rays in one chunk of an image, whatever its samples.
-MIN_CHUNK, MAX_CHUNK = 1 << 10, 1 << 15
-
-
-def image_chunk(rays: int, marched: int, chunk: int, samples: int) -> int:
-    """The rays of `render_image`'s next chunk after one of `rays` rays that marched
-    `marched` samples (`chunk` rays asked): about `samples` samples at that rate, at most
-    twice `chunk` (the next rows may hold more of the object) and MAX_CHUNK (a chunk of
-    rays that all cross it: 65536 rays took 15 GB early in a realistic-scene run), at
-    least MIN_CHUNK. A chunk is an exact render (op by op, its counts read back): at 8192 rays
-    a chunk, its fixed cost was most of an evaluation's 1.3 s (bench/notes/nerf.md, H11)."""
-    per_ray = max(marched / max(rays, 1), 1.0)
-    return int(max(MIN_CHUNK, min(2 * chunk, MAX_CHUNK, samples / per_ray)))
