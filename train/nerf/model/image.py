@@ -4,13 +4,8 @@ renders rather than one per training batch's worth of rays."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-from torch import Tensor
-
-if TYPE_CHECKING:
-    from .voxel_nerf import VoxelNeRF
+from torch import Tensor, nn
 
 #: A model's first chunk of rays: a training batch's worth.
 FIRST_CHUNK = 1 << 13
@@ -20,15 +15,15 @@ MIN_CHUNK, MAX_CHUNK = 1 << 10, 1 << 15
 
 @torch.no_grad()
 def render_image(
-    model: VoxelNeRF,
+    model: nn.Module,
     origins: Tensor,
     directions: Tensor,
     background: Tensor,
     samples: int = 1 << 21,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """origins, directions: [H, W, 3] -> rgb [H, W, 3], depth [H, W], acc [H, W], rendered
-    by `model.render` in chunks of about `samples` samples each (`image_chunk`; the first
-    sized as the model's last image's last, `model.image_rays`)."""
+    by `model.render` (a `VoxelNeRF`'s) in chunks of about `samples` samples each
+    (`image_chunk`; the first sized as the model's last image's last, `model.image_rays`)."""
     shape = origins.shape[:-1]
     o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
     rgbs, depths, accs = [], [], []
