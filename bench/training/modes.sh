@@ -7,7 +7,9 @@
 # scene is generated on the GPU first), and N1 (bench/training/bench_nerf.py, with the same
 # --set; NERF_PROFILE=1 adds --profile) on the native run's final checkpoint. Writes to $OUT:
 # nerf.log (all output), nerf_runs.json (both summaries and metrics), bench_nerf.json/.md and
-# the native run's test_views.png, curves.png, turntable.gif.
+# the native run's test_views.png, curves.png, turntable.gif. NERF_PROFILE=loop replaces N1
+# by `bench_nerf.py --profile-loop` (device time by kernel of the loop's captured step), e.g.
+# NERF_CONFIG=configs/nerf_realistic_gpu.toml NERF_BACKENDS=native NERF_PROFILE=loop.
 #
 #   bash bench/gpu.sh loop [extra --set KEY=VALUE...]
 # configs/default.toml and configs/density_256.toml (LOOP_CONFIGS) trained with
@@ -141,9 +143,11 @@ if [ "$what" = nerf ]; then
         "$@" >"$runs.$backend.json" || status=1
       tail -n 4 "$runs/$backend/metrics.jsonl" 2>/dev/null | cut -c1-300
     done
+    profile=()  # NERF_PROFILE=1: N1 with --profile; =loop: the loop's step alone, profiled
+    case ${NERF_PROFILE:-} in "") ;; loop) profile=(--profile-loop) ;; *) profile=(--profile) ;; esac
     python3 bench/training/bench_nerf.py --config "$nerf_config" \
       --checkpoint "$runs/native/checkpoint.pt" --json "$OUT/bench_nerf.json" \
-      ${NERF_PROFILE:+--profile} "$@" || status=1
+      "${profile[@]}" "$@" || status=1
   } >"$OUT/nerf.log" 2>&1
   grep -v "^  " "$OUT/nerf.log" | tail -n 60
   python3 - "$runs" "$OUT/nerf_runs.json" <<'PY'
