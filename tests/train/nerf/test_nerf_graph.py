@@ -81,7 +81,7 @@ def test_the_plan_is_made_again_from_a_planned_renders_counts_copied_before():
     for k in range(1, cap.every + 1):
         assert cap.sizes(key, 1000) == (11 * 1024, 4 * 1024)
         late = k > cap.every - cap.lag  # rendered after the copy started: not read
-        cap.observe(torch.tensor(20_000 if late else 12_000), torch.tensor(3_100))
+        cap.observe(torch.tensor(20_000 if late else 12_000), torch.tensor(3_100), (11264, 4096))
     plan = cap.peek(key, 1000)  # from 12 000 and 3 100 samples over 1000 rays
     assert plan == (13 * 1024, 4 * 1024) and cap.renders == 0 and cap.copy is None
     assert cap.per_ray == (12.0, 3.1)
@@ -120,9 +120,10 @@ def test_dropped_samples_are_counted_in_place():
     cap = SampleCapacity()
     cap.measured(("k",), 10, 10, 1, CPU)
     counter = cap.dropped
-    cap.count_dropped(torch.tensor(3))
-    cap.count_dropped(torch.tensor(4))
+    cap.observe(torch.tensor(13), torch.tensor(2), (10, 5))  # 3 samples did not fit
+    cap.observe(torch.tensor(8), torch.tensor(9), (10, 5))  # 4 coloured ones did not
     assert cap.dropped is counter and int(counter) == 7  # a captured step adds to it too
+    assert cap.seen.tolist() == [8, 9]
 
 
 def test_graph_key_sends_measuring_steps_op_by_op(scene):

@@ -97,12 +97,11 @@ class SampleCapacity:
             self.seen = torch.empty(2, dtype=torch.int64, device=device)
         self.seen.fill_(-1)  # nothing planned in this state yet
 
-    def count_dropped(self, lost: Tensor) -> None:
-        self.dropped.add_(lost)
-
-    def observe(self, samples: Tensor, coloured: Tensor) -> None:
-        """A planned render's true counts ([] each, on the device; more than its buffers
-        held where it dropped some), written in place into `seen`."""
+    def observe(self, samples: Tensor, coloured: Tensor, slots: tuple[int, int]) -> None:
+        """A planned render's true counts ([] each, on the device) against its buffers'
+        `slots` (samples, colour): what did not fit is added to `dropped`, and the counts
+        are written into `seen`, both in place (a captured step does it too)."""
+        self.dropped.add_((samples - slots[0]).clamp_min(0) + (coloured - slots[1]).clamp_min(0))
         self.seen[0].copy_(samples)
         self.seen[1].copy_(coloured)
 

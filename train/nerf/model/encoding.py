@@ -71,8 +71,8 @@ class ViewInput(nn.Module):
         super().__init__()
         self.kind, self.frequencies, self.dtype = kind, frequencies, dtype
         self.normals = NormalField(backend, device) if reflected else None
-        width = view_dim(kind, frequencies)
-        self.width = 2 * width + 1 if reflected else width
+        self.encoded = view_dim(kind, frequencies)  # one direction's encoding
+        self.width = 2 * self.encoded + 1 if reflected else self.encoded
 
     def encode(self, directions: Tensor) -> Tensor:
         """directions: [..., 3] unit -> [..., view_dim]: the direction's encoding alone."""
@@ -95,7 +95,7 @@ class ViewInput(nn.Module):
         dtype = self.dtype or directions.dtype
         if self.normals is None:
             return (self.encode(directions) if encoded is None else encoded).to(dtype)
-        e = (self.width - 1) // 2
+        e = self.encoded
         out = directions.new_empty(directions.shape[0], self.width, dtype=dtype)
         if encoded is None:
             encode_views(directions, self.kind, self.frequencies, out[:, :e])

@@ -123,10 +123,7 @@ def render_fused(
         count = slots
     else:
         chosen, coloured = compact(visible, sizes[1])  # [colour slots], padding: slots
-        capacity.count_dropped(
-            (samples.total - slots).clamp_min(0) + (coloured - sizes[1]).clamp_min(0)
-        )
-        capacity.observe(samples.total, coloured)
+        capacity.observe(samples.total, coloured, (slots, sizes[1]))
         count = samples.offsets[n_rays]
     read = chosen.clamp_max(max(slots - 1, 0))  # padding slots of `chosen` read the last sample
     ray = samples.ray_indices[read]  # [V] in [0, R]: R for the padding samples
