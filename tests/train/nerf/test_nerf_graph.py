@@ -215,8 +215,17 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
         # normals refreshed in place, their box moved by the fit: read on the device
         f"nerf.reflected_views={str(fit_box).lower()}",
     )
-    eager, eager_values, _ = run_steps(config, captured=False)
-    graph, graph_values, runner = run_steps(config, captured=True)
+    # The grid gradients' atomics add in a different order in each run, and Adam makes a
+    # rounding difference of a near-zero gradient a step of the learning rate's size: over
+    # 40 steps the runs drifted apart by chance (this test failed now and then on H100s and
+    # H200s, up to 5% of the colour features apart). Deterministic kernels (warn only where
+    # an op has none) leave the capture itself as the only difference.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        eager, eager_values, _ = run_steps(config, captured=False)
+        graph, graph_values, runner = run_steps(config, captured=True)
+    finally:
+        torch.use_deterministic_algorithms(False)
     assert runner.captures >= 2 and runner.eager_steps >= 4  # measuring steps op by op
     assert graph_values == pytest.approx(eager_values, rel=1e-3, abs=1e-6)
     if fit_box:
@@ -225,10 +234,9 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
             graph.appearance.codes, eager.appearance.codes, rtol=1e-2, atol=1e-4
         )
     for (name, a), b in zip(eager.model.named_parameters(), graph.model.parameters(), strict=True):
-        # Adam turns the atomics' rounding of a near-zero gradient into a step of the
-        # learning rate's size: a few elements differ (measured on an H200: 54 of 170352 by
-        # 0.003 without the view-consistency penalty, 819 of 168480 by 0.008 with it, in the
-        # colour features, where an earlier run of the same test stayed under 0.1%)
+        # the limits of the nondeterministic runs (measured on an H200: 54 of 170352 by 0.003
+        # without the view-consistency penalty, 819 of 168480 by 0.008 with it), kept until
+        # a device run shows how close the deterministic ones are
         limit = 1e-2 if optimizer == "adam" else 1e-3  # the penalty's cases, the others
         apart = ~torch.isclose(a, b, rtol=1e-3, atol=1e-4)
         worst = float((a - b).abs().max())
