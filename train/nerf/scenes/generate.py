@@ -30,8 +30,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -167,6 +168,7 @@ def render_views(
     scene: str = "procedural",
     scan: dict | None = None,
     variant: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Tensor:
     """c2w [V, 4, 4] -> straight (not premultiplied) RGBA [V, size, size, 4] float32 in [0, 1].
 
@@ -176,6 +178,7 @@ def render_views(
     0.5 GB at the peak; on a GPU, where each marching step is a few dozen small kernels
     whatever the number of rays, 2^21 for the procedural scene and 2^23 for the realistic
     one, whose rays take hundreds of steps).
+    progress: called with (views rendered, all views) after each group of views.
     """
     import torch
 
@@ -203,9 +206,38 @@ def render_views(
             rgba.append(torch.cat([rgb, alpha[:, None]], dim=-1))
         rgba = torch.cat(rgba).reshape(len(poses), size, k, size, k, 4)
         out.append(rgba.mean(dim=(2, 4)).cpu())  # premultiplied colour, alpha
+        if progress is not None:
+            progress(first + len(poses), len(c2w))
     premultiplied = torch.cat(out)
     straight = premultiplied[..., :3] / premultiplied[..., 3:].clamp_min(1e-12)
     return torch.cat([straight, premultiplied[..., 3:]], dim=-1).clamp(0.0, 1.0)
+
+
+def progress_lines(
+    stream: TextIO | None = None, every: float = 10.0, clock: Callable[[], float] = time.monotonic
+) -> Callable[[int, int], None]:
+    """A `render_views` progress that writes a line to `stream` (default stderr) at most
+    every `every` seconds, and the last one if it wrote any: a large scene on the CPU takes
+    minutes to an hour, which one "generating" line did not say."""
+    start = last = clock()
+    wrote = False
+
+    def report(done: int, total: int) -> None:
+        nonlocal last, wrote
+        now = clock()
+        if now - last < every and not (wrote and done == total):
+            return
+        last, wrote = now, True
+        spent = now - start
+        left = spent / max(done, 1) * (total - done)
+        print(
+            f"  rendered {done} of {total} views in {spent:.0f} s"
+            + (f", about {left:.0f} s left" if done < total else ""),
+            file=stream or sys.stderr,
+            flush=True,
+        )
+
+    return report
 
 
 def _to_png_bytes(rgba: Tensor) -> np.ndarray:
@@ -274,8 +306,10 @@ def generate_scene(
     scene: str = "procedural",
     scan: dict | None = None,
     variant: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Renders `scene` (its `variant`) into `out_dir` in the Blender layout and returns `out_dir`.
+    """Renders `scene` (its `variant`) into `out_dir` in the Blender layout and returns `out_dir`
+    (`progress`: as `render_views`').
 
     Writes transforms_{train,val,test}.json, {train,val,test}/r_{i}.png (size x size RGBA)
     and scene.json. The files are assembled in a sibling directory and moved into place
@@ -302,7 +336,7 @@ def generate_scene(
         staging.mkdir(parents=True)
         module = scene_module(scene, scan, variant)
         poses = getattr(module, "camera_poses", camera_poses)(n_train, n_val, n_test, seed)
-        _write_splits(staging, poses, size, device, scene, scan, variant)
+        _write_splits(staging, poses, size, device, scene, scan, variant, progress)
         (staging / "scene.json").write_text(json.dumps(metadata, indent=2) + "\n")
         if out_dir.exists():  # moved aside whole, then deleted: never half a scene there
             out_dir.rename(old)
@@ -324,6 +358,7 @@ def _write_splits(
     scene: str,
     scan: dict | None,
     variant: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Renders every split in one pass (fewer, fuller ray batches) and writes PNGs and json."""
     import torch
@@ -332,7 +367,9 @@ def _write_splits(
     from ..data.cameras import CAMERA_ANGLE_X
 
     views = torch.cat(list(poses.values()))
-    rgba = render_views(views, size, device=device, scene=scene, scan=scan, variant=variant)
+    rgba = render_views(
+        views, size, device=device, scene=scene, scan=scan, variant=variant, progress=progress
+    )
     first = 0
     for split, c2w in poses.items():
         (root / split).mkdir()
@@ -395,8 +432,10 @@ def ensure_scene(
     scene: str = "procedural",
     scan: dict | None = None,
     variant: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """`out_dir` holding the current `scene` at these settings, generating it if needed.
+    """`out_dir` holding the current `scene` at these settings, generating it if needed
+    (`progress`: as `render_views`').
 
     Regenerates when scene.json is absent or differs in its settings (older version, size,
     counts or seed); returns at once when it matches. Another scene there (`IDENTITY`) is
@@ -423,6 +462,7 @@ def ensure_scene(
         scene=scene,
         scan=scan,
         variant=variant,
+        progress=progress,
     )
 
 
@@ -471,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             scene=args.scene,
             scan=scan,
             variant=args.variant,
+            progress=progress_lines(),
         )
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
