@@ -248,6 +248,11 @@ def _run(args: argparse.Namespace, world: World) -> tuple[int, bool]:
             else:  # the config's own errors first: fixing --out would only show them next
                 config = load_config(args.config and resolve_config(args.config), args.set)
                 check_run_dir(out, resume=False, overwrite=args.overwrite)
+                from .devices import gpu_config_note
+
+                note = gpu_config_note(args.config, config.device)
+                if note is not None and world.is_main:
+                    print(f"grid-train: note: {note}", file=sys.stderr, flush=True)
             check_dependencies(config)
             if args.view is not None:
                 _check_view(args.view)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from .errors import ConfigError, plural
@@ -12,6 +14,20 @@ def select_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def gpu_config_note(config: Path | None, device: str) -> str | None:
+    """A note where a config sized for a GPU (`configs/*_gpu.toml`) would run on the CPU:
+    `device` "auto" on a machine without CUDA. None otherwise. Such a run takes hours (a
+    400x400 scene's generation alone took over an hour on 2 cores) and said nothing."""
+    if config is None or not config.stem.endswith("_gpu") or device != "auto":
+        return None
+    if torch.cuda.is_available():
+        return None
+    return (
+        f"{config} is sized for a GPU and this machine has none: it runs on the CPU, where "
+        "its scene and steps take hours; the configs without _gpu are sized for a CPU"
+    )
 
 
 def device_option(name: str, option: str = "--device") -> torch.device:

@@ -216,3 +216,28 @@ def test_missing_package_message_agrees_with_its_subject():
         require("no_such_module_x", key="--view", needs="the viewer", install="pip", singular=True)
     with pytest.raises(MissingDependencyError, match=r"pictures need no_such_module_x, which"):
         require("no_such_module_x", key="output.pictures", needs="pictures", install="pip")
+
+
+def test_a_gpu_config_on_a_machine_without_cuda_says_so(monkeypatch, tmp_path, capsys):
+    """`configs/*_gpu.toml` with device "auto" where CUDA is absent: one note before the run
+    (its scene and steps take hours on a CPU); none on a GPU, for other configs, or for an
+    explicit device."""
+    from train import loop
+    from train.devices import gpu_config_note
+
+    gpu = ROOT / "configs" / "nerf_quality_gpu.toml"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "is sized for a GPU and this machine has none" in gpu_config_note(gpu, "auto")
+    assert gpu_config_note(gpu, "cpu") is None  # asked for in so many words
+    assert gpu_config_note(ROOT / "configs" / "nerf_realistic.toml", "auto") is None
+    assert gpu_config_note(None, "auto") is None
+
+    def stop(*args, **kwargs):
+        raise loop.ConfigError("stopped before the run")
+
+    monkeypatch.setattr(loop, "run", stop)
+    assert main(["--config", str(gpu), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"grid-train: note: {gpu} is sized for a GPU" in err and "stopped before" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert gpu_config_note(gpu, "auto") is None
