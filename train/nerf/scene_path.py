@@ -53,7 +53,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
                 n_test=d.scene_test_views,
                 seed=d.scene_seed,
                 device=str(device),
-                progress=nerf_scene.view_progress(),
+                progress=nerf_scene.progress_lines(),
                 **scene_args(d),  # a scan scene's bad mesh: a ConfigError naming the key
             )
         except FileExistsError as error:  # data.path holds something else: never replaced

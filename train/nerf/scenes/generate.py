@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -213,22 +213,29 @@ def render_views(
     return torch.cat([straight, premultiplied[..., 3:]], dim=-1).clamp(0.0, 1.0)
 
 
-def view_progress() -> Callable[[int, int], None]:
-    """A `render_views` progress shown as the loop's is (`train.progress_bar`: tqdm's bar
-    on a terminal, a line every few percent in a log): a large scene on the CPU takes
+def progress_lines(
+    stream: TextIO | None = None, every: float = 10.0, clock: Callable[[], float] = time.monotonic
+) -> Callable[[int, int], None]:
+    """A `render_views` progress that writes a line to `stream` (default stderr) at most
+    every `every` seconds, and the last one if it wrote any: a large scene on the CPU takes
     minutes to an hour, which one "generating" line did not say."""
-    from ...progress_bar import progress_bar
-
-    bar, shown = None, 0
+    start = last = clock()
+    wrote = False
 
     def report(done: int, total: int) -> None:
-        nonlocal bar, shown
-        if bar is None:
-            bar = progress_bar(total, 0, "rendering the scene", show=True, unit="view")
-        bar.update(done - shown)
-        shown = done
-        if done == total:
-            bar.close()
+        nonlocal last, wrote
+        now = clock()
+        if now - last < every and not (wrote and done == total):
+            return
+        last, wrote = now, True
+        spent = now - start
+        left = spent / max(done, 1) * (total - done)
+        print(
+            f"  rendered {done} of {total} views in {spent:.0f} s"
+            + (f", about {left:.0f} s left" if done < total else ""),
+            file=stream or sys.stderr,
+            flush=True,
+        )
 
     return report
 
@@ -504,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             scene=args.scene,
             scan=scan,
             variant=args.variant,
-            progress=view_progress(),
+            progress=progress_lines(),
         )
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
