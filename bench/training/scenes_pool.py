@@ -22,6 +22,8 @@ anchor (bench_scenes.py --ngp-only; nerfacc's CUDA ops and torch-ngp's gridencod
 folder JIT-built first, on the CPU): as `ngp` on every scene, or as each --ngp-run says
 (LABEL: `ngp` or `ngp_<word>`, its name in the table; OPTIONS: bench_nerfacc.py's, e.g.
 `--ngp-samples 65536`, its recipe changed one thing at a time beside the anchor itself).
+On one GPU the same jobs go scene by scene instead (a scene generated, its anchors, its runs,
+then the next scene): a pool cut short there keeps whole scenes, each anchor beside ours.
 A free GPU takes the first job whose scene is generated (and whose build is done): each
 job is one `bench_scenes.py` process with CUDA_VISIBLE_DEVICES set to its GPU (the n-th of
 the caller's CUDA_VISIBLE_DEVICES where that is set: two pools share a host that way), its output
@@ -151,6 +153,7 @@ def make_jobs(args, rows: list[tuple]) -> list[dict]:
         out = ["--out", str(args.work / "jobs" / name)]  # absolute: DirectVoxGO runs elsewhere
         return {
             "name": name,
+            "scene": scene,
             "args": own,
             "command": [*base, *own, *out],
             "needs": needs,
@@ -204,6 +207,15 @@ NGP_BUILD = (
     "from nerfacc.cuda._backend import _C\nassert _C is not None, 'no nerfacc CUDA ops'\n"
     "from bench.ops.multires import build_ngp\nbuild_ngp(Path(sys.argv[1]), torch.device('cpu'))"
 )
+
+
+def scene_by_scene(jobs: list[dict]) -> list[dict]:
+    """`jobs` reordered scene by scene (a scene's generation, anchors and runs before the next
+    scene's), for a one-GPU pool: the total is the same in any order there, and a pool cut
+    short by device time then leaves whole scenes, each with its anchor beside ours, rather
+    than every anchor and only some of ours."""
+    scenes = list(dict.fromkeys(j["scene"] for j in jobs))
+    return sorted(jobs, key=lambda j: scenes.index(j["scene"]))  # stable: kinds keep their order
 
 
 def start_build(
@@ -392,6 +404,8 @@ def main(argv=None) -> int:
                 for label, options, only in args.ngp_runs
             )
         jobs = make_jobs(args, rows)
+        if gpus == 1:
+            jobs = scene_by_scene(jobs)
     except BenchError as error:
         print(f"scenes_pool: {error}", file=sys.stderr)
         return 2

@@ -62,6 +62,21 @@ def test_jobs_and_their_order(tmp_path):
     assert [j["name"] for j in held if j["name"].startswith("dvgo_")] == ["dvgo_dragon_mirror"]
 
 
+def test_one_gpu_goes_scene_by_scene(tmp_path):
+    args = _args(tmp_path, "--run", "fast", "--run", "q@c.toml on realistic: train.steps=9")
+    jobs = scenes_pool.make_jobs(args, scenes_pool.pick("realistic,armadillo_large"))
+    names = [j["name"] for j in scenes_pool.scene_by_scene(jobs)]
+    assert names == [
+        "gen_armadillo_large",
+        "dvgo_armadillo_large",
+        "fast_armadillo_large",
+        "gen_realistic",
+        "dvgo_realistic",
+        "fast_realistic",
+        "q_realistic",
+    ]
+
+
 def test_a_run_on_some_scenes_only(tmp_path):
     run = "long@c.toml on realistic, bull_rough: train.steps=9"
     args = _args(tmp_path, "--no-dvgo", "--run", "fast", "--run", run)
