@@ -227,20 +227,19 @@ def test_captured_nerf_steps_match_eager_steps(scene, fit_box, optimizer):
     finally:
         torch.use_deterministic_algorithms(False)
     assert runner.captures >= 2 and runner.eager_steps >= 4  # measuring steps op by op
-    assert graph_values == pytest.approx(eager_values, rel=1e-3, abs=1e-6)
+    assert graph_values == pytest.approx(eager_values, rel=1e-5, abs=1e-7)
     if fit_box:
         assert graph.appearance.codes.abs().max() > 0
         torch.testing.assert_close(
-            graph.appearance.codes, eager.appearance.codes, rtol=1e-2, atol=1e-4
+            graph.appearance.codes, eager.appearance.codes, rtol=1e-4, atol=1e-6
         )
     for (name, a), b in zip(eager.model.named_parameters(), graph.model.parameters(), strict=True):
-        # the limits of the nondeterministic runs (measured on an H200: 54 of 170352 by 0.003
-        # without the view-consistency penalty, 819 of 168480 by 0.008 with it), kept until
-        # a device run shows how close the deterministic ones are
-        limit = 1e-2 if optimizer == "adam" else 1e-3  # the penalty's cases, the others
-        apart = ~torch.isclose(a, b, rtol=1e-3, atol=1e-4)
+        # deterministic, the runs came out bitwise equal in all three cases on an H200 (the
+        # nondeterministic ones: up to 5% of the colour features apart): these limits leave
+        # room for another card's library choices, not for a capture that drops an update
+        apart = ~torch.isclose(a, b, rtol=1e-4, atol=1e-6)
         worst = float((a - b).abs().max())
-        assert apart.float().mean() < limit and worst < 0.05, (
+        assert apart.float().mean() < 1e-4 and worst < 1e-3, (
             f"{name}: {int(apart.sum())} of {a.numel()} elements apart, the largest by {worst:.4g}"
         )
     assert torch.equal(eager.gen.get_state(), graph.gen.get_state())
