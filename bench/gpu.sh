@@ -10,7 +10,7 @@
 # (documented there; bench/README.md lists them all):
 #   all tests bench multires             bench/ops/modes.sh          kernels: tests, bench_ops, probes
 #   nerf loop sdf view                   bench/training/modes.sh     training as a user runs it
-#   scenes scenes-pool scenes-wait       bench/training/modes.sh     D3: ours over a set of scenes
+#   scenes scenes-pool/-wait/-stop       bench/training/modes.sh     D3: ours over a set of scenes
 #   tune-report tune-wait                bench/training/modes.sh     tuned on some, reported on others
 #   multi steps                          bench/multi_gpu/modes.sh    several GPUs of one host
 #   dvgo dvgo-build                      bench/compare/dvgo/modes.sh DirectVoxGO beside ours
@@ -29,7 +29,7 @@ what=${1:-all}
 shift || true
 case $what in
   all | tests | bench | multires) runner=bench/ops/modes.sh ;;
-  nerf | loop | sdf | view | scenes | scenes-pool | scenes-wait | tune-report | tune-wait)
+  nerf | loop | sdf | view | scenes | scenes-pool | scenes-wait | scenes-stop | tune-report | tune-wait)
     runner=bench/training/modes.sh ;;
   multi | steps) runner=bench/multi_gpu/modes.sh ;;
   dvgo | dvgo-build) runner=bench/compare/dvgo/modes.sh ;;
@@ -47,7 +47,7 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)} TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DI
 # host whose GPUs and cores the pool keeps busy, the build's check alone (importing grid)
 # took minutes, and a collecting call spent its time there and brought nothing back.
 waiting=false
-case $what in scenes-wait | tune-wait) waiting=true ;; esac
+case $what in scenes-wait | scenes-stop | tune-wait) waiting=true ;; esac
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv \
   | tee "$OUT/device.txt"
@@ -61,6 +61,11 @@ if [ "$what" = tune-wait ] && [ ! -d bench/results/tune_report ]; then
   echo "tune-wait: no pipeline on this machine (bench/results/tune_report absent): start it with tune-report"
   exit 2
 fi
+# nor does a second pool start beside a running one (its jobs would share the GPUs)
+if [ "$what" = scenes-pool ] && [ -f "$pool/pool.pid" ] && kill -0 -- "-$(cat "$pool/pool.pid")" 2>/dev/null; then
+  echo "scenes-pool: a pool is running on this machine (process group $(cat "$pool/pool.pid")): wait with scenes-wait or stop it with scenes-stop"
+  exit 2
+fi
 if [ "$what" = scenes-wait ] && [ ! -f "$pool/pool.log" ]; then
   echo "scenes-wait: no pool on this machine ($pool/pool.log absent): start it with scenes-pool"
   exit 2
@@ -68,7 +73,7 @@ fi
 
 start=$(date +%s)
 case $what in
-  wheel | scenes-wait | tune-wait) ;;
+  wheel | scenes-wait | scenes-stop | tune-wait) ;;
   sdf | view)
     python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { tail -n 60 "$OUT/build.log"; exit 1; }
     python3 -c "import grid, grid._backend as b; print('built', b.source, 'cuda kernels:', b.has_cuda_kernels)"

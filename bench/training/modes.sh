@@ -51,7 +51,10 @@
 # at once where this machine holds no pool). Each call copies the table so far (scenes.md,
 # scenes.json), the pool's log and the jobs' logs (logs.tgz) to $OUT/scenes. With --gsplat,
 # gsplat comes from GSPLAT_WHEELS, and with --ngp (the instant-ngp anchor, tune-report too) nerfacc
-# and rich from NERFACC_WHEELS (default .anchors/wheels): no download.
+# and rich from NERFACC_WHEELS (default .anchors/wheels): no download. `scenes-pool` refuses to
+# start while another pool runs on the machine; `scenes-stop` stops it (the pool and every
+# job of it, as one process group), keeping what finished: a later scenes-pool with the same
+# --work skips those jobs and reruns the stopped one.
 #   bash bench/gpu.sh tune-report --candidate "LABEL[@CONFIG]: K=V ..." ... [--report-run ...]
 #   bash bench/gpu.sh tune-wait
 # bench/training/tune_then_report.py started detached (the candidates on the tuning scenes
@@ -194,6 +197,20 @@ if [ "$what" = scenes ]; then
   cp bench/results/scenes_dvgo/*.log "$OUT/scenes/" 2>/dev/null
 fi
 pool=bench/results/scenes_pool  # scenes-pool's work folder
+# the running pool's process group (setsid: its jobs are in it too), else nothing
+pool_running() { [ -f "$pool/pool.pid" ] && kill -0 -- "-$(cat "$pool/pool.pid")" 2>/dev/null; }
+if [ "$what" = scenes-stop ]; then
+  if ! pool_running; then
+    echo "scenes-stop: no pool running on this machine"; exit 2
+  fi
+  kill -TERM -- "-$(cat "$pool/pool.pid")"
+  for _ in $(seq 30); do pool_running || break; sleep 1; done
+  pool_running && kill -KILL -- "-$(cat "$pool/pool.pid")"
+  [ -f "$pool/pool.rc" ] || echo stopped >"$pool/pool.rc"
+  echo "scenes-stop: pool $(cat "$pool/pool.pid") stopped; finished jobs kept:"
+  grep "exited 0" "$pool/pool.log" | tail -n 25
+  exit 0
+fi
 if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
   mkdir -p "$pool" "$OUT/scenes"
   if [ "$what" = scenes-pool ]; then
@@ -206,6 +223,7 @@ if [ "$what" = scenes-pool ] || [ "$what" = scenes-wait ]; then
     args=$(printf '%q ' "$@")
     setsid nohup sh -c "python3 bench/training/scenes_pool.py --meshes ${SCENE_MESHES:-.anchors/thin} \
       --work $pool $args >$pool/pool.log 2>&1; echo \$? >$pool/pool.rc" </dev/null >/dev/null 2>&1 &
+    echo $! >"$pool/pool.pid"  # setsid ran in place (not a group leader): the group's id
   fi
   end=$(($(date +%s) + ${POOL_WAIT:-540}))
   while [ ! -f "$pool/pool.rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
