@@ -1,4 +1,5 @@
-"""The loop's progress display: tqdm's bar on a terminal, plain lines in a log.
+"""Progress displays: the loop's (tqdm's bar on a terminal, plain lines in a log) and a
+time-based one for work with no bar of its own (`progress_lines`: a scene's rendering).
 
 tqdm redraws its bar with carriage returns, which a file that is not a terminal (a job's
 log, `| tee`) keeps as one endless line. There `PlainProgress` prints a line every
@@ -9,7 +10,9 @@ postfix), through the same methods the loop calls on the bar.
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -71,3 +74,35 @@ def progress_bar(
         dynamic_ncols=True,
         file=sys.stderr,
     )
+
+
+def progress_lines(
+    verb: str,
+    unit: str,
+    stream: TextIO | None = None,
+    every: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[int, int], None]:
+    """A progress callback `(done, total)` that writes "  VERB done of total UNIT in N s,
+    about M s left" to `stream` (default stderr) at most every `every` seconds, and the last
+    line if it wrote any: quick work says nothing, and a large scene rendered on the CPU
+    (minutes to an hour) says how far it is."""
+    start = last = clock()
+    wrote = False
+
+    def report(done: int, total: int) -> None:
+        nonlocal last, wrote
+        now = clock()
+        if now - last < every and not (wrote and done == total):
+            return
+        last, wrote = now, True
+        spent = now - start
+        left = spent / max(done, 1) * (total - done)
+        print(
+            f"  {verb} {done} of {total} {unit} in {spent:.0f} s"
+            + (f", about {left:.0f} s left" if done < total else ""),
+            file=stream or sys.stderr,
+            flush=True,
+        )
+
+    return report

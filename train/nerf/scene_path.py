@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, InputFileError, writing
+from ..progress_bar import progress_lines
 from .data_config import scene_args
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
                 n_test=d.scene_test_views,
                 seed=d.scene_seed,
                 device=str(device),
-                progress=nerf_scene.progress_lines(),
+                progress=progress_lines("rendered", "views"),
                 **scene_args(d),  # a scan scene's bad mesh: a ConfigError naming the key
             )
         except FileExistsError as error:  # data.path holds something else: never replaced

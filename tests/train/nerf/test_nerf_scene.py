@@ -239,26 +239,6 @@ def test_progress_follows_the_views_and_the_same_pixels_come_out():
     assert torch.equal(with_progress, generate.render_views(poses, 16, chunk=small))
 
 
-def test_progress_lines_say_how_far_and_how_long_is_left(capsys):
-    """A line at most every `every` seconds, with the time left at that pace, and the last
-    line once any was written; a render faster than `every` writes none."""
-    now = [0.0]
-    report = generate.progress_lines(every=10.0, clock=lambda: now[0])
-    for done, t in ((1, 5.0), (2, 12.0), (3, 15.0), (4, 16.0)):
-        now[0] = t
-        report(done, 4)
-    assert capsys.readouterr().err.splitlines() == [
-        "  rendered 2 of 4 views in 12 s, about 12 s left",
-        "  rendered 4 of 4 views in 16 s",
-    ]
-    now[0] = 0.0
-    quick = generate.progress_lines(every=10.0, clock=lambda: now[0])
-    for done in range(1, 5):
-        now[0] = done
-        quick(done, 4)
-    assert capsys.readouterr().err == ""
-
-
 def test_an_interrupted_generation_leaves_nothing(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("interrupted")

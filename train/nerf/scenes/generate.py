@@ -32,11 +32,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...lazy import lazy_getattr
+from ...progress_bar import progress_lines
 
 # torch and the scene modules are imported where they are used: `--help` and a bad option
 # answer without importing torch (0.1 s instead of 1.5 s on 2 cores)
@@ -211,33 +212,6 @@ def render_views(
     premultiplied = torch.cat(out)
     straight = premultiplied[..., :3] / premultiplied[..., 3:].clamp_min(1e-12)
     return torch.cat([straight, premultiplied[..., 3:]], dim=-1).clamp(0.0, 1.0)
-
-
-def progress_lines(
-    stream: TextIO | None = None, every: float = 10.0, clock: Callable[[], float] = time.monotonic
-) -> Callable[[int, int], None]:
-    """A `render_views` progress that writes a line to `stream` (default stderr) at most
-    every `every` seconds, and the last one if it wrote any: a large scene on the CPU takes
-    minutes to an hour, which one "generating" line did not say."""
-    start = last = clock()
-    wrote = False
-
-    def report(done: int, total: int) -> None:
-        nonlocal last, wrote
-        now = clock()
-        if now - last < every and not (wrote and done == total):
-            return
-        last, wrote = now, True
-        spent = now - start
-        left = spent / max(done, 1) * (total - done)
-        print(
-            f"  rendered {done} of {total} views in {spent:.0f} s"
-            + (f", about {left:.0f} s left" if done < total else ""),
-            file=stream or sys.stderr,
-            flush=True,
-        )
-
-    return report
 
 
 def _to_png_bytes(rgba: Tensor) -> np.ndarray:
@@ -511,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             scene=args.scene,
             scan=scan,
             variant=args.variant,
-            progress=progress_lines(),
+            progress=progress_lines("rendered", "views"),
         )
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
