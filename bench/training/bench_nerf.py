@@ -10,7 +10,7 @@ experiment's own (train/nerf/optimizer.py).
     python bench/training/bench_nerf.py --config configs/nerf_scene_gpu.toml
                                [--checkpoint RUN/checkpoint.pt]
                                [--json PATH] [--set key=value ...] [--warmup N] [--reps N]
-                               [--profile] [--profile-loop]
+                               [--profile] [--profile-loop] [--profile-eval]
 
 The model and the rays are those of the config (its scene, `train.batch_size` training rays,
 the same rays every repetition). With `--checkpoint` (a run directory's checkpoint.pt of
@@ -33,6 +33,9 @@ clock. JSON and a markdown table go next to --json.
 `--profile-loop` only prints where 20 of the training loop's steps (captured where the config
 captures) spend their time, by kernel on CUDA (by op on the CPU), from the checkpoint's step
 on, after `--warmup` steps (default 128: past the first captures and exact renders).
+`--profile-eval` only prints what one evaluation of the config's test views costs on the
+checkpoint's model (seconds, synchronised; microseconds a ray) and where it spends its time,
+by kernel on CUDA (by op on the CPU).
 """
 
 from __future__ import annotations
@@ -303,6 +306,52 @@ def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int
             step()
         if cuda:
             torch.cuda.synchronize(device)
+    mode = "captured" if runner is not None else "op by op"
+    what = f"the loop's step ({mode}), {steps} steps from step {start}"
+    print_profile(prof, cuda, steps, what, "a step")
+
+
+def profile_eval(args, checkpoint: dict | None, device: torch.device, repeats: int = 3) -> None:
+    """Print what one evaluation of the test views costs on the checkpoint's model (wall
+    seconds, synchronised, the median of `repeats` after one warm-up; the rays and the
+    microseconds a ray) and where one evaluation's time goes: device time by kernel on CUDA,
+    CPU time by op elsewhere."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    _, exp, _ = loop_step(args, checkpoint, device)
+    cuda = device.type == "cuda"
+    origins = exp.test_rays[0]
+    rays = origins.shape[0] * origins.shape[1] * origins.shape[2]
+
+    def evaluate() -> float:
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        exp.evaluate(0.0)
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    evaluate()  # the first chunk sizes, the kernels' first launches
+    seconds = sorted(evaluate() for _ in range(repeats))[repeats // 2]
+    print(
+        f"evaluation: test views {origins.shape[0]} of {origins.shape[2]}x{origins.shape[1]}, "
+        f"{rays} rays in {seconds:.3f} s: {1e6 * seconds / rays:.3f} us a ray "
+        f"(median of {repeats}, synchronised)"
+    )
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=activities) as prof:
+        exp.evaluate(0.0)
+        if cuda:
+            torch.cuda.synchronize(device)
+    print_profile(prof, cuda, 1, "one evaluation", "in all")
+
+
+def print_profile(prof, cuda: bool, per: int, what: str, unit: str) -> None:
+    """A profile's events by their own time over `per` repetitions (`unit`: what the total
+    is of, "a step"), largest first: device time by kernel on CUDA, CPU time by op
+    elsewhere."""
     if cuda:
         events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
         spent = [e.self_device_time_total for e in events]
@@ -310,15 +359,11 @@ def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int
         events = list(prof.key_averages())
         spent = [e.self_cpu_time_total for e in events]
     order = sorted(range(len(events)), key=lambda i: -spent[i])
-    total = sum(spent) / steps / 1e3
-    mode = "captured" if runner is not None else "op by op"
-    print(
-        f"profile, the loop's step ({mode}), {steps} steps from step {start}: "
-        f"{total:.3f} ms of {'device' if cuda else 'CPU'} time a step"
-    )
+    total = sum(spent) / per / 1e3
+    print(f"profile, {what}: {total:.3f} ms of {'device' if cuda else 'CPU'} time {unit}")
     for i in order[:30]:
-        ms = spent[i] / steps / 1e3
-        calls = events[i].count / steps
+        ms = spent[i] / per / 1e3
+        calls = events[i].count / per
         print(f"  {ms:9.4f} ms {100 * ms / total:5.1f}%  {calls:5.1f}x  {events[i].key[:90]}")
 
 
@@ -379,6 +424,12 @@ def parse_args(argv=None):
         help="only print where the training loop's step spends its time (by kernel on CUDA, "
         "by op on the CPU) and exit",
     )
+    parser.add_argument(
+        "--profile-eval",
+        action="store_true",
+        help="only print what one evaluation of the test views costs (seconds, microseconds a "
+        "ray) and where its time goes (by kernel on CUDA, by op on the CPU), and exit",
+    )
     return parser.parse_args(argv)
 
 
@@ -395,6 +446,9 @@ def main(argv=None) -> int:
         resolution = tuple(checkpoint["resolution"])
     if args.profile_loop:
         profile_loop(args, checkpoint, device)
+        return 0
+    if args.profile_eval:
+        profile_eval(args, checkpoint, device)
         return 0
     exp = NerfExperiment(config, device, gen, resolution)
     if checkpoint is not None:

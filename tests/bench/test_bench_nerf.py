@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +55,23 @@ def test_profile_loop_from_a_checkpoint(tmp_path, capsys):
     assert sum(float(share) for _, share, _ in rows) <= 100.5
     names = {name for _, _, name in rows}
     assert {"grid::sample", "grid::sample_backward", "grid::march_rays_fill"} & names
+
+
+def test_profile_eval_times_an_evaluation_and_says_where_it_goes(tmp_path, capsys):
+    overrides = [f"data.path={tmp_path / 'scene'}", "data.generate=true", *SMALL]
+    config = ROOT / "configs" / "nerf_realistic_gpu.toml"
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    assert bench_nerf.main(["--config", str(config), *sets, "--profile-eval"]) == 0
+    out = capsys.readouterr().out
+    timed = re.search(
+        r"evaluation: test views 1 of 16x16, 256 rays in ([0-9.]+) s: ([0-9.]+) us", out
+    )
+    assert timed is not None and float(timed[1]) > 0
+    assert float(timed[2]) == pytest.approx(1e6 * float(timed[1]) / 256, rel=0.01, abs=1e-3)
+    assert re.search(r"profile, one evaluation: [0-9.]+ ms of CPU time in all", out)
+    rows = re.findall(r"^ +([0-9.]+) ms +([0-9.]+)% +[0-9.]+x +(\S+)", out, re.MULTILINE)
+    assert sum(float(share) for _, share, _ in rows) <= 100.5
+    assert "grid::march_rays_fill" in {name for _, _, name in rows}  # the render, profiled
 
 
 def test_a_multires_config_times_both_renderers_and_no_grid_sample_twin(tmp_path, capsys):
