@@ -206,7 +206,7 @@ if [ "$what" = scenes-stop ]; then
   kill -TERM -- "-$(cat "$pool/pool.pid")"
   for _ in $(seq 30); do pool_running || break; sleep 1; done
   pool_running && kill -KILL -- "-$(cat "$pool/pool.pid")"
-  [ -f "$pool/pool.rc" ] || echo stopped >"$pool/pool.rc"
+  [ -f "$pool/pool.rc" ] || echo 143 >"$pool/pool.rc"  # SIGTERM's status: scenes-wait ends at once
   echo "scenes-stop: pool $(cat "$pool/pool.pid") stopped; finished jobs kept:"
   grep "exited 0" "$pool/pool.log" | tail -n 25
   exit 0

@@ -62,7 +62,7 @@ def test_scenes_stop_stops_the_pool_and_its_jobs(tmp_path):
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert "gen_x on GPU 0 exited 0" in stopped.stdout  # what finished, kept
         assert not _alive(job) and not _alive(leader)  # the job went with the pool
-        assert (pool / "pool.rc").read_text().strip() == "stopped"
+        assert (pool / "pool.rc").read_text().strip() == "143"
         assert _gpu_sh(root, "scenes-stop").returncode == 2
     finally:
         if _alive(leader):
