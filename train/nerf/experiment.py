@@ -122,6 +122,7 @@ class NerfExperiment(Experiment):
             raise InputFileError(error.path, error.problem, key="data.path") from None
         self.train_views, self.test_views = train, test
         self.rays = TrainingRays(train, device)  # views of different sizes: their own pixels
+        self.rays_per_pixel = c.train.steps * c.train.batch_size / len(self.rays)
         self.appearance = make_appearance(c.nerf, train.images.shape[0], device)
         test_o, test_d = camera_rays(test)
         self.test_rays = (test_o.to(device), test_d.to(device))  # [T, H, W, 3] each
@@ -428,6 +429,7 @@ class NerfExperiment(Experiment):
             "ray_pool": 1.0 if self.pool is None else self.pool.shape[0] / len(self.rays),
             "parameters": sum(p.numel() for p in m.parameters()),
             "batch_size": c.train.batch_size,
+            "rays_per_pixel": self.rays_per_pixel,  # train.steps x batch_size / training pixels
             "processes": common["processes"],
             "occupied": self.occupied,
             "image_size": [self.test_views.height, self.test_views.width],

@@ -60,6 +60,7 @@ def test_short_run_writes_the_run_directory_and_learns(scene, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     for key in ("psnr", "train_seconds", "rays_per_second", "steps_per_second", "device"):
         assert key in summary
+    assert summary["rays_per_pixel"] == pytest.approx(120 * 1024 / (24 * 24 * 12))
     assert summary["backend"] == "native" and summary["resolution"] == [24, 24, 24]
     # Measured 14.2 dB after these 120 steps; the untrained model scores 9.2 dB.
     assert summary["psnr"] > 12.5, summary
