@@ -115,7 +115,7 @@ def check_generated_path(d: DataConfig, explicit: dict[str, set[str]]) -> None:
     from pathlib import Path
 
     from ..errors import InputFileError
-    from .scenes.generate import LOOKED_FOR, holds_capture
+    from .scenes.folder import LOOKED_FOR, holds_capture
 
     typed = explicit.get("--set", set())
     if "data.path" in typed:

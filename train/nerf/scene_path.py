@@ -22,21 +22,22 @@ def ensure_scene(config: Config, device: torch.device) -> Path:
     """`data.path`; with `data.generate`, first (re)generate the scene `data.scene` there
     when it holds this scene at other settings (`data.scene*`, the generator's version);
     another scene there is an error, never replaced."""
+    from .scenes import folder
     from .scenes import generate as nerf_scene
 
     d = config.data
     path = Path(d.path).expanduser()
     if not d.generate:
-        if not nerf_scene.holds_capture(path):
+        if not folder.holds_capture(path):
             problem = "holds no capture" if path.is_dir() else "no such directory"
-            raise InputFileError(path, f"{problem}: {nerf_scene.LOOKED_FOR}", key="data.path")
+            raise InputFileError(path, f"{problem}: {folder.LOOKED_FOR}", key="data.path")
         return path
     wanted = nerf_scene.scene_metadata(
         d.scene_size, d.scene_train_views, 8, d.scene_test_views, d.scene_seed, **scene_args(d)
     )
-    found = nerf_scene.read_scene_metadata(path)
+    found = folder.read_scene_metadata(path)
     fresh = found is None and not path.exists()
-    if fresh or (found is not None and found != wanted and nerf_scene.same_scene(found, wanted)):
+    if fresh or (found is not None and found != wanted and folder.same_scene(found, wanted)):
         print(  # (else nothing is written: refused below)
             f"generating the {d.scene} scene"
             + (f" (variant {d.scene_variant})" if d.scene_variant else "")

@@ -12,13 +12,8 @@ import torch
 from train.nerf.data.blender import Views, camera_rays, load_blender
 from train.nerf.scenes import generate
 from train.nerf.scenes import procedural as scene
-from train.nerf.scenes.generate import (
-    camera_poses,
-    ensure_scene,
-    generate_scene,
-    same_scene,
-    scene_label,
-)
+from train.nerf.scenes.folder import same_scene, scene_label
+from train.nerf.scenes.generate import camera_poses, ensure_scene, generate_scene
 from train.nerf.scenes.procedural import SCENE_BOUNDS, STEP, box_interval, render_rays, scene_field
 
 TINY = {"size": 16, "n_train": 3, "n_val": 2, "n_test": 2, "seed": 3}

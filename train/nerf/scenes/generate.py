@@ -38,18 +38,20 @@ import numpy as np
 
 from ...lazy import lazy_getattr
 from ...progress_bar import progress_lines
+from .folder import (
+    GENERATOR,
+    LOOKED_FOR,
+    holds_capture,
+    read_scene_metadata,
+    same_scene,
+    scene_label,
+)
 
 # torch and the scene modules are imported where they are used: `--help` and a bad option
 # answer without importing torch (0.1 s instead of 1.5 s on 2 cores)
 if TYPE_CHECKING:
     from torch import Tensor
 
-# The label scene.json records (unchanged since the scene lived in train/nerf_scene.py, so
-# scenes generated before still load without being regenerated).
-GENERATOR = "train.nerf_scene"
-#: What a folder of one's own is searched for (data.path, data.generate = false).
-CAPTURE_FILES = ("transforms_train.json", "transforms.json")
-LOOKED_FOR = "looked for transforms_train.json (Blender layout) or transforms.json (instant-ngp)"
 VERSION = 1  # the procedural scene's; bump whenever its images would change
 SCENES = {
     "procedural": VERSION,
@@ -358,42 +360,6 @@ def _write_splits(
         (root / f"transforms_{split}.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def holds_capture(path: str | Path) -> bool:
-    """Whether `path` holds a scene's camera file in either layout (`CAPTURE_FILES`)."""
-    return any((Path(path) / name).is_file() for name in CAPTURE_FILES)
-
-
-def read_scene_metadata(out_dir: str | Path) -> dict | None:
-    """The scene.json of a scene this generator wrote, or None."""
-    try:
-        metadata = json.loads((Path(out_dir) / "scene.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(metadata, dict) or metadata.get("generator") != GENERATOR:
-        return None
-    return metadata
-
-
-#: What names a generated scene (scene.json's keys); the rest are its settings (size, views,
-#: seed, the generator's version), which a regeneration may change.
-IDENTITY = ("scene", "mesh", "look", "up", "variant")
-
-
-def same_scene(found: dict, wanted: dict) -> bool:
-    """Whether two scene.json dicts name the same scene (maybe at other settings)."""
-    return all(found.get(key) == wanted.get(key) for key in IDENTITY)
-
-
-def scene_label(metadata: dict) -> str:
-    """A scene.json's scene in words: "realistic", "scan cow.off (mirror), variant 2"."""
-    label = metadata.get("scene", "procedural")
-    if "mesh" in metadata:
-        label += f" {metadata['mesh']} ({metadata.get('look')})"
-    if metadata.get("variant"):
-        label += f", variant {metadata['variant']}"
-    return label
-
-
 def ensure_scene(
     out_dir: str | Path,
     *,
@@ -412,7 +378,7 @@ def ensure_scene(
     (`progress`: as `render_views`').
 
     Regenerates when scene.json is absent or differs in its settings (older version, size,
-    counts or seed); returns at once when it matches. Another scene there (`IDENTITY`) is
+    counts or seed); returns at once when it matches. Another scene there (`folder.IDENTITY`) is
     never replaced: generating it may have taken minutes, and a path that names it is more
     likely a slip than a wish to lose it.
     """
