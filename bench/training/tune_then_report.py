@@ -4,7 +4,7 @@ one host's GPUs (bench/training/scenes_pool.py pools, bench/training/bench_scene
     python bench/training/tune_then_report.py --meshes DIR --dvgo DIR
         --candidate "LABEL[@CONFIG]: KEY=VALUE ..." [--candidate ...]
         [--tune-scenes a,b] [--report-scenes c,d] [--report-run "LABEL[@CONFIG]: ..."]...
-        [--scale 2,4] [--dvgo-gpus K] [--tune-per-gpu K] [--work DIR]
+        [--scale 2,4] [--dvgo-gpus K] [--tune-per-gpu K] [--seconds-within R] [--work DIR]
         [--ngp GRIDENCODER_DIR [--ngp-run "LABEL[ on a,b]: OPTIONS"]... [--ngp-steps N]]
 
 1. At once, on the first K GPUs (--dvgo-gpus, default all but one): the held-out scenes
@@ -16,8 +16,11 @@ one host's GPUs (bench/training/scenes_pool.py pools, bench/training/bench_scene
    With --ngp, the instant-ngp anchor trains on the held-out scenes (or as each --ngp-run
    says) in the same pool as DirectVoxGO (scenes_pool.py --ngp, --ngp-run).
 2. The rule, fixed before any number is seen: the candidate with the highest mean test PSNR
-   over the tuning scenes wins (the first listed on a tie). It is written to
-   WORK/choice.json with every candidate's means.
+   over the tuning scenes wins (the first listed on a tie). With --seconds-within R only the
+   candidates whose mean training seconds are at most R times the first candidate's (the
+   baseline: list the shipped config first) take part, for configs bound by their seconds;
+   it needs --tune-per-gpu 1 (shared GPUs share the seconds). The choice is written to
+   WORK/choice.json with every eligible candidate's means.
 3. Once both pools are done, on every GPU: the winner on the held-out scenes as `chosen`,
    with its `train.steps` times each --scale as `chosen_2x`, ..., and each --report-run (e.g.
    the shipped dense config) beside DirectVoxGO's runs from step 1 (pool `report` again:
@@ -57,17 +60,35 @@ def say(work: Path, text: str) -> None:
         log.write(line + "\n")
 
 
-def choose(results: dict, labels: list[str]) -> tuple[str, dict[str, float]]:
-    """The label with the highest mean PSNR over the scenes of `results` (bench_scenes'
-    scenes.json: scene -> system -> numbers), and every label's mean; a label with a scene
-    missing is out (BenchError when none is complete)."""
-    means = {}
-    for label in labels:
-        values = [entry.get(label, {}).get("psnr") for entry in results.values()]
-        if values and all(isinstance(v, int | float) for v in values):
-            means[label] = sum(values) / len(values)
+def mean_of(results: dict, label: str, key: str) -> float | None:
+    """`label`'s mean `key` over the scenes of `results` (bench_scenes' scenes.json: scene
+    -> system -> numbers); None when a scene lacks it."""
+    values = [entry.get(label, {}).get(key) for entry in results.values()]
+    if values and all(isinstance(v, int | float) for v in values):
+        return sum(values) / len(values)
+    return None
+
+
+def choose(
+    results: dict, labels: list[str], seconds_within: float | None = None
+) -> tuple[str, dict[str, float]]:
+    """The label with the highest mean PSNR over the scenes of `results`, and every
+    eligible label's mean; a label with a scene missing is out (BenchError when none is
+    complete). With `seconds_within` R, so is a label whose mean training seconds exceed R
+    times the first label's (the baseline, e.g. the shipped config: candidates compared at
+    equal seconds, which is what a time-bound config is for)."""
+    means = {label: mean_of(results, label, "psnr") for label in labels}
+    means = {label: m for label, m in means.items() if m is not None}
     if not means:
         raise BenchError(f"no candidate finished every tuning scene ({', '.join(labels)})")
+    if seconds_within is not None:
+        limit = mean_of(results, labels[0], "train_seconds")
+        if limit is None:
+            raise BenchError(f"--seconds-within: the baseline {labels[0]} has no seconds")
+        for label in list(means):
+            seconds = mean_of(results, label, "train_seconds")
+            if seconds is None or seconds > seconds_within * limit:
+                del means[label]
     best = max(means, key=lambda label: (means[label], -labels.index(label)))
     return best, means
 
@@ -119,6 +140,12 @@ def parse_args(argv=None):
         "--dvgo-gpus", type=int, default=None, help="default: all but one; 0: tune first"
     )
     parser.add_argument("--tune-per-gpu", type=int, default=1, help="tuning jobs at once a GPU")
+    parser.add_argument(
+        "--seconds-within",
+        type=float,
+        default=None,
+        help="only candidates within R x the first candidate's mean training seconds",
+    )
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "tune_report")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "scenes")
     parser.add_argument("--ngp", default=None, help="torch-ngp's gridencoder folder: the anchor")
@@ -136,6 +163,14 @@ def main(argv=None) -> int:
         candidates = [parse_run(c) for c in args.candidate]
         report_runs = [parse_run(r) for r in args.report_run]
         scales = [int(s) for s in args.scale.split(",") if s.strip()]
+        if args.seconds_within is not None:
+            if not args.seconds_within >= 1.0:
+                raise BenchError(f"--seconds-within: expected R >= 1, got {args.seconds_within}")
+            if args.tune_per_gpu != 1:
+                raise BenchError(
+                    "--seconds-within: needs --tune-per-gpu 1 (jobs sharing a GPU share "
+                    f"their seconds), got {args.tune_per_gpu}"
+                )
         if any(s < 2 for s in scales):
             raise BenchError(f"--scale: expected integers >= 2, got {args.scale!r}")
         import torch
@@ -169,7 +204,7 @@ def main(argv=None) -> int:
     say(args.work, f"tuning pool exited {status}")
     try:
         results = load_results(args.work / "tune" / "out" / "scenes.json")
-        best, means = choose(results, labels)
+        best, means = choose(results, labels, args.seconds_within)
     except (BenchError, OSError, ValueError) as error:
         say(args.work, f"no choice: {error}")
         if held is not None:
@@ -177,6 +212,7 @@ def main(argv=None) -> int:
         return 1
     label, config, sets, _ = next(c for c in candidates if c[0] == best)
     choice = {"chosen": best, "config": config, "sets": sets, "tuning_means": means, "scenes": tune}
+    choice["seconds_within"] = args.seconds_within
     (args.work / "choice.json").write_text(json.dumps(choice, indent=1))
     say(args.work, f"chosen: {best} ({means[best]:.3f} dB mean on the tuning scenes); {means}")
     steps = config_steps(config, sets)

@@ -28,6 +28,31 @@ def test_a_tie_goes_to_the_first_listed_and_an_incomplete_candidate_is_out():
         choose({"a": {}}, ["x"])
 
 
+def test_seconds_within_keeps_only_candidates_near_the_baselines_seconds():
+    results = {
+        "a": {
+            "base": {"psnr": 30.0, "train_seconds": 20.0},
+            "slow": {"psnr": 33.0, "train_seconds": 25.0},
+            "near": {"psnr": 31.0, "train_seconds": 21.0},
+        },
+        "b": {
+            "base": {"psnr": 32.0, "train_seconds": 20.0},
+            "slow": {"psnr": 35.0, "train_seconds": 23.0},
+            "near": {"psnr": 32.0, "train_seconds": 20.0},
+        },
+    }
+    labels = ["base", "slow", "near"]
+    assert choose(results, labels)[0] == "slow"  # without the limit: the highest mean
+    best, means = choose(results, labels, seconds_within=1.05)
+    assert best == "near" and set(means) == {"base", "near"}  # slow: 24 s > 1.05 x 20
+    assert choose(results, labels, seconds_within=1.2)[0] == "slow"
+    results["a"]["near"]["psnr"] = 29.0  # no candidate above the baseline: it stays
+    assert choose(results, labels, seconds_within=1.05)[0] == "base"
+    del results["a"]["base"]["train_seconds"]
+    with pytest.raises(BenchError, match="baseline base has no seconds"):
+        choose(results, labels, seconds_within=1.05)
+
+
 def test_steps_come_from_the_sets_else_the_config(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[train]\nsteps = 1234\n")
@@ -41,6 +66,8 @@ def test_steps_come_from_the_sets_else_the_config(tmp_path):
         (["--tune-scenes", "dragon_mirror"], "--tune-scenes"),
         (["--report-scenes", "realistic"], "--report-scenes"),
         (["--scale", "1"], "--scale"),
+        (["--seconds-within", "0.9"], "--seconds-within: expected R >= 1"),
+        (["--seconds-within", "1.05", "--tune-per-gpu", "2"], "needs --tune-per-gpu 1"),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(argv, message, capsys, tmp_path):
