@@ -122,12 +122,12 @@ def ssim(
         # kernel (on an H200 it was 42% of an 800x800 evaluation's device time; on 2 CPU
         # cores 5x slower than this), and the sum is the same arithmetic
         rows, cols = x.shape[-2] - size + 1, x.shape[-1] - size + 1
-        across = x[:, :rows] * taps[0]
+        vertical = x[:, :rows] * taps[0]
         for k in range(1, size):
-            across.add_(x[:, k : k + rows], alpha=taps[k])
-        out = across[..., :cols] * taps[0]
+            vertical.add_(x[:, k : k + rows], alpha=taps[k])
+        out = vertical[..., :cols] * taps[0]
         for k in range(1, size):
-            out.add_(across[..., k : k + cols], alpha=taps[k])
+            out.add_(vertical[..., k : k + cols], alpha=taps[k])
         return out
 
     def planes(x: Tensor) -> Tensor:  # [..., H, W, C] -> [N * C, H, W] float64
