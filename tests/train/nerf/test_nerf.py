@@ -124,6 +124,22 @@ def test_a_fixed_decay_horizon_makes_a_longer_run_the_shorter_one_continued(scen
     assert lr_factor(config, 4) == pytest.approx(0.1)  # a shorter run still decays by its last step
 
 
+def test_evaluations_leave_training_unchanged(scene, tmp_path):
+    """How often a run evaluates is a reporting choice (the shipped fast config evaluates
+    every 1000 steps, not 500, for the command's seconds): the weights at the end are the
+    same bits whether the run evaluated 7 times or once."""
+    models = {}
+    for every in (10, 1000):
+        out = tmp_path / f"every{every}"
+        args = args_for(scene, "train.steps=70", "output.checkpoint_every=0", f"eval.every={every}")
+        assert main(["--out", str(out), *args]) == 0
+        records = (out / "metrics.jsonl").read_text().splitlines()
+        assert len(records) == (7 if every == 10 else 1)
+        models[every] = torch.load(out / "checkpoint.pt", weights_only=True)["model"]
+    for key, value in models[10].items():
+        assert torch.equal(value, models[1000][key]), key
+
+
 def test_eval_seconds_evaluate_when_training_time_reaches_them(scene, tmp_path):
     out = tmp_path / "run"
     extra = ("train.steps=30", "train.upsample_steps=[]", "train.upsample_resolutions=[]")
