@@ -175,6 +175,48 @@ def test_image_chunks_follow_the_samples_a_ray_within_their_bounds():
 
 
 @pytest.mark.parametrize("renderer", ["fused", "torch"])
+def test_a_chunk_that_marches_too_many_samples_is_retried_with_fewer_rays(renderer, monkeypatch):
+    """A first chunk of the whole image at a budget of 1000 samples: it marches several
+    times twice that, is stopped after the march (the fields never run on it) and retried
+    smaller; no rendered chunk above MIN_CHUNK exceeds twice the budget, and the pixels are
+    the one-chunk render's."""
+    import train.nerf.model.image as image
+    from train.nerf.model.render import TooManySamples
+
+    monkeypatch.setattr(image, "MIN_CHUNK", 16)
+    torch.manual_seed(0)
+    m = VoxelNeRF(BOUNDS, (10, 9, 8), 16, hidden=16, renderer=renderer)
+    with torch.no_grad():
+        m.density.features.normal_(0, 4)
+    m.update_occupancy()
+    origins, directions = rays(48 * 40)
+    origins, directions = origins.reshape(48, 40, 3), directions.reshape(48, 40, 3)
+    background = torch.tensor([0.2, 0.5, 1.0])
+    m.image_rays = 48 * 40
+    whole = render_image(m, origins, directions, background, samples=1 << 30)
+    calls, render = [], m.render
+
+    def counted(o, d, *args, **kwargs):
+        try:
+            out = render(o, d, *args, **kwargs)
+        except TooManySamples as error:
+            calls.append((o.shape[0], error.samples, "retried"))
+            raise
+        calls.append((o.shape[0], int(out["samples"]), "rendered"))
+        return out
+
+    m.render = counted
+    m.image_rays = 48 * 40
+    small = render_image(m, origins, directions, background, samples=1000)
+    assert calls[0][0] == 48 * 40 and calls[0][2] == "retried" and calls[0][1] > 2000
+    rendered = [(r, s) for r, s, what in calls if what == "rendered"]
+    assert sum(r for r, _ in rendered) == 48 * 40
+    assert all(s <= 2000 for r, s in rendered if r > 16), rendered
+    for a, b in zip(small, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("renderer", ["fused", "torch"])
 def test_an_image_in_chunks_of_any_size_is_the_image_in_one(renderer, monkeypatch):
     """The chunks grow and shrink with the samples a ray (a budget of 3000 samples over 48
     x 40 rays through a partly empty box), and the pixels do not depend on them."""

@@ -174,6 +174,13 @@ def test_contracted_model_renders_with_both_renderers_alike():
     for key in ("rgb", "depth", "acc"):
         assert torch.allclose(out[0][key], out[1][key], atol=1e-5), key
     assert out[0]["samples"] == out[1]["samples"] > 0
+    from train.nerf.model.render import TooManySamples
+
+    for m in models:  # a whole image's chunks are kept within a sample budget this way
+        limit = out[0]["samples"]
+        assert m.render(o, d, torch.ones(3), max_samples=limit)["samples"] == limit
+        with pytest.raises(TooManySamples, match=f"{limit} samples marched, at most {limit - 1}"):
+            m.render(o, d, torch.ones(3), max_samples=limit - 1)
     with pytest.raises(ValueError, match="contraction: expected one of none, sphere, cube"):
         VoxelNeRF(bounds, 8, 8, contraction="ball")
     with pytest.raises(ValueError, match="fit_box: not with a contraction"):

@@ -32,9 +32,26 @@ from .capacity import SampleCapacity, compact
 
 #: points [S, 3] -> density [S].
 SigmaFn = Callable[[Tensor], Tensor]
+
 #: points [V, 3], their rays [V], their rows of sigma_fn's points [V] -> (rgb [V, 3],
 #: colour-grid features [V, F]).
 RgbFn = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+class TooManySamples(Exception):
+    """The rays of a render with `max_samples` marched more samples than that: raised after
+    the march, before the fields run on them (whose activations are most of a render's
+    memory); `image.render_image` retries with fewer rays."""
+
+    def __init__(self, samples: int, limit: int) -> None:
+        super().__init__(f"{samples} samples marched, at most {limit} asked")
+        self.samples = samples
+
+
+def check_samples(samples: int, max_samples: int | None) -> None:
+    """TooManySamples when `samples` (a render's, counted exactly) exceed `max_samples`."""
+    if max_samples is not None and samples > max_samples:
+        raise TooManySamples(samples, max_samples)
 
 
 def render_torch(
@@ -50,17 +67,20 @@ def render_torch(
     weight_threshold: float,
     near: float = 0.0,
     jitter: Tensor | None = None,
+    max_samples: int | None = None,
 ) -> dict[str, Tensor | int]:
     """Render rays (origins, directions [R, 3], background [3]) with plain PyTorch ops.
 
     Samples every `step` (world units) from `near` inside the occupancy grid's box, where
     its flags are set (`jitter` [R] in [0, 1) or None: where in its step each ray's samples
     sit); alpha = 1 - exp(-sigma * `interval`); samples whose compositing weight is at most
-    `weight_threshold` are not coloured. Returns `render_outputs`."""
+    `weight_threshold` are not coloured; more than `max_samples` samples raise
+    `TooManySamples`. Returns `render_outputs`."""
     n_rays = origins.shape[0]
     lo, hi = occupancy.bounds
     # Packed samples, sorted by ray; empty space never reaches the grids.
     ray_id, t, points = grid.march_rays(origins, directions, lo, hi, step, near, occupancy, jitter)
+    check_samples(ray_id.shape[0], max_samples)
     alpha = -torch.expm1(-sigma_fn(points) * interval)  # [S]
     weights = grid.composite_weights(alpha, ray_id, n_rays, check_indices=False)  # [S]
     visible = weights > weight_threshold
@@ -92,11 +112,13 @@ def render_fused(
     near: float = 0.0,
     exact: bool = True,
     jitter: Tensor | None = None,
+    max_samples: int | None = None,
 ) -> dict[str, Tensor | int]:
     """`render_torch` with the native ops: at most `max_steps` steps a ray; `exact` reads the
-    sample counts back and sizes every buffer exactly (renders of test views), else the
-    buffers are those `capacity` plans for the state `capacity_key` (the samples that do not
-    fit are dropped and counted in `capacity.dropped`). Returns `render_outputs`."""
+    sample counts back and sizes every buffer exactly (renders of test views; more than
+    `max_samples` raise `TooManySamples`), else the buffers are those `capacity` plans for
+    the state `capacity_key` (the samples that do not fit are dropped and counted in
+    `capacity.dropped`). Returns `render_outputs`."""
     n_rays = origins.shape[0]
     lo, hi = occupancy.bounds  # [3] each, on the device
     sizes = None if exact else capacity.sizes(capacity_key, n_rays)
@@ -113,6 +135,8 @@ def render_fused(
         capacity=None if sizes is None else sizes[0],
     )
     slots = samples.t.shape[0]
+    if sizes is None:
+        check_samples(slots, max_samples)
     tau = sigma_fn(samples.points) * interval  # [slots] optical thickness
     weights = grid.ray_weights(tau.detach(), samples.offsets)  # [slots]
     visible = weights > weight_threshold

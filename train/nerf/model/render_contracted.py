@@ -22,7 +22,7 @@ from torch import Tensor
 
 import grid
 
-from .render import RgbFn, SigmaFn, render_outputs
+from .render import RgbFn, SigmaFn, check_samples, render_outputs
 
 
 def render_contracted(
@@ -41,6 +41,7 @@ def render_contracted(
     weight_threshold: float,
     fused: bool,
     near: float = 0.0,
+    max_samples: int | None = None,
 ) -> dict[str, Tensor | int]:
     """Render rays (origins, directions [R, 3]) through the contraction `kind` of the inner
     box `inner_bounds`: samples every `step` (world units) inside it, then `outer_samples`
@@ -48,8 +49,8 @@ def render_contracted(
     set). A sample's optical thickness is sigma times its segment's length in the contracted
     space over `voxel` (the final grid's voxel). Samples whose weight is at most
     `weight_threshold` are not coloured; `fused`: the native `grid.ray_weights` and
-    `grid.composite_rays`, else `grid.composite_weights` and `grid.composite`. Returns
-    `render.render_outputs`."""
+    `grid.composite_rays`, else `grid.composite_weights` and `grid.composite`. More than
+    `max_samples` samples raise `render.TooManySamples`. Returns `render.render_outputs`."""
     n_rays = origins.shape[0]
     lo, hi = inner_bounds
     samples = grid.sample_contracted(
@@ -65,6 +66,7 @@ def render_contracted(
         occupancy=occupancy,
     )
     ray_id, offsets = samples.ray_indices, samples.offsets
+    check_samples(ray_id.shape[0], max_samples)
     tau = sigma_fn(samples.points) * (samples.intervals / voxel)  # [S]
     if fused:
         weights = grid.ray_weights(tau.detach(), offsets)  # [S]

@@ -428,6 +428,7 @@ class VoxelNeRF(nn.Module):
         near: float = 0.0,
         exact: bool | None = None,
         jitter: Tensor | None = None,
+        max_samples: int | None = None,
     ) -> dict[str, Tensor | int]:
         """Volume-render rays.
 
@@ -440,6 +441,10 @@ class VoxelNeRF(nn.Module):
                 rather than as planned; None: as `sizing` says.
             jitter: [R] in [0, 1), where in its step each ray's samples sit (stratified
                 sampling for training rays: `torch.rand(R)`); None: the steps' centres.
+            max_samples: with a render whose samples are counted (not the fused
+                renderer's planned buffers), raise `render.TooManySamples` when the rays
+                march more than this, before the fields run on them (`image.render_image`
+                then takes fewer rays); None: no limit.
 
         Returns:
             dict with rgb [R, 3], depth [R] (expected distance, 0 where empty),
@@ -469,6 +474,7 @@ class VoxelNeRF(nn.Module):
                 weight_threshold=self.weight_threshold,
                 fused=self.renderer == "fused",
                 near=near,
+                max_samples=max_samples,
             )
         common = dict(
             sigma_fn=sigma_fn,
@@ -479,6 +485,7 @@ class VoxelNeRF(nn.Module):
             weight_threshold=self.weight_threshold,
             near=near,
             jitter=jitter,
+            max_samples=max_samples,
         )
         if self.renderer == "torch":
             return render_torch(origins, directions, background, **common)
