@@ -314,8 +314,10 @@ def profile_loop(args, checkpoint: dict | None, device: torch.device, steps: int
 def profile_eval(args, checkpoint: dict | None, device: torch.device, repeats: int = 3) -> None:
     """Print what one evaluation of the test views costs on the checkpoint's model (wall
     seconds, synchronised, the median of `repeats` after one warm-up; the rays and the
-    microseconds a ray) and where one evaluation's time goes: device time by kernel on CUDA,
-    CPU time by op elsewhere."""
+    microseconds a ray; the renders an evaluation made, its chunks and their retries, and
+    the largest; on CUDA the peak memory the evaluations allocated above the model's) and
+    where one evaluation's time goes: device time by kernel on CUDA, CPU time by op
+    elsewhere."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -334,18 +336,40 @@ def profile_eval(args, checkpoint: dict | None, device: torch.device, repeats: i
         return time.perf_counter() - start
 
     evaluate()  # the first chunk sizes, the kernels' first launches
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device) if cuda else 0
+    renders = count_renders(exp.model)
     seconds = sorted(evaluate() for _ in range(repeats))[repeats // 2]
     print(
         f"evaluation: test views {origins.shape[0]} of {origins.shape[2]}x{origins.shape[1]}, "
         f"{rays} rays in {seconds:.3f} s: {1e6 * seconds / rays:.3f} us a ray "
-        f"(median of {repeats}, synchronised)"
+        f"(median of {repeats}, synchronised); {len(renders) / repeats:.0f} renders "
+        f"(chunks and retries), at most {max(renders, default=0)} rays"
     )
+    del exp.model.render  # the class's method again
+    if cuda:
+        peak = (torch.cuda.max_memory_allocated(device) - before) / 2**30
+        print(f"evaluation memory: {peak:.2f} GiB at most above the model's")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch_profile(activities=activities) as prof:
         exp.evaluate(0.0)
         if cuda:
             torch.cuda.synchronize(device)
     print_profile(prof, cuda, 1, "one evaluation", "in all")
+
+
+def count_renders(model) -> list[int]:
+    """The rays of every `model.render` call from now on (appended to the list returned),
+    until `del model.render`."""
+    calls, render = [], model.render
+
+    def counted(origins, *args, **kwargs):
+        calls.append(origins.shape[0])
+        return render(origins, *args, **kwargs)
+
+    model.render = counted
+    return calls
 
 
 def print_profile(prof, cuda: bool, per: int, what: str, unit: str) -> None:

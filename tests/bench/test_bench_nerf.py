@@ -68,6 +68,7 @@ def test_profile_eval_times_an_evaluation_and_says_where_it_goes(tmp_path, capsy
     )
     assert timed is not None and float(timed[1]) > 0
     assert float(timed[2]) == pytest.approx(1e6 * float(timed[1]) / 256, rel=0.01, abs=1e-3)
+    assert "; 1 renders (chunks and retries), at most 256 rays" in out  # one chunk a view
     assert re.search(r"profile, one evaluation: [0-9.]+ ms of CPU time in all", out)
     rows = re.findall(r"^ +([0-9.]+) ms +([0-9.]+)% +[0-9.]+x +(\S+)", out, re.MULTILINE)
     assert sum(float(share) for _, share, _ in rows) <= 100.5
