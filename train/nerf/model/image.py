@@ -60,6 +60,8 @@ def image_chunk(rays: int, marched: int, chunk: int, samples: int) -> int:
     chunk that marches more than twice `samples`) and MAX_CHUNK, at least MIN_CHUNK.
     Chunks of at most 32768 rays (the cap before) were 500 renders for 25 test views of
     800x800, whose fixed costs (two read-backs each) were most of the evaluation's wall:
-    1.36 s against 0.39 s of device time on an H200 (bench/notes/nerf.md, H16)."""
+    1.36 s against 0.39 s of device time on an H200 (bench/notes/nerf.md, H16); with
+    this cap 265 renders, 0.92 -> 0.63 s on another H200, peak memory 0.83 -> 1.34 GiB
+    above the model's (H17)."""
     per_ray = max(marched / max(rays, 1), 1.0)
     return int(max(MIN_CHUNK, min(2 * chunk, MAX_CHUNK, samples / per_ray)))
